@@ -1,0 +1,5 @@
+import sys
+
+from fedskew.cli import main
+
+sys.exit(main())

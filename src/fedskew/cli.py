@@ -1,0 +1,168 @@
+"""`python -m fedskew <command>`: the entry point every Snakemake rule calls.
+
+Every command validates params.yaml first, so a bad value fails before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from fedskew import paths
+from fedskew.config import ConfigError, Params, RunConfig, load_params, run_config_yaml
+
+log = logging.getLogger("fedskew")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def cmd_validate(params: Params, args: argparse.Namespace) -> None:
+    runs = params.runs()
+    print(f"params.yaml is valid: suites {params.default_suites}, {len(runs)} runs, "
+          f"{len(params.partitions_needed())} partitions")
+
+
+def cmd_download(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.data.registry import prepare
+
+    if args.dataset not in params.raw["datasets"]:
+        raise ConfigError(f"--dataset {args.dataset!r} is not defined under `datasets` in params.yaml")
+    prepare(args.dataset, params.dataset_spec(args.dataset), Path("."), download=not args.no_download)
+
+
+def cmd_partition(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.data import registry
+    from fedskew.data.partition import make_partition, plot_heatmap, save_partition
+
+    spec = params.partition_spec(args.partition)
+    data = registry.load(args.dataset, params.dataset_spec(args.dataset))
+    scheme_params = {k: v for k, v in spec.items() if k != "scheme"}
+    partition = make_partition(data.y_train.numpy(), data.num_classes, spec["scheme"], scheme_params,
+                               args.seed, dataset=args.dataset, natural_groups=data.natural_groups)
+    keys = {"dataset": args.dataset, "partition": args.partition, "seed": args.seed}
+    save_partition(partition, Path(paths.PARTITION.format(**keys)))
+    plot_heatmap(partition, Path(paths.PARTITION_HEATMAP.format(**keys)),
+                 title=f"{args.dataset} / {args.partition} / seed {args.seed}")
+
+
+def write_run_files(cfg: RunConfig, history: list[dict], final: dict, root: Path = Path(".")) -> list[Path]:
+    """config.yaml, history.csv and metrics.json of a run; metrics.json last (it marks completion)."""
+    columns = list(dict.fromkeys(key for row in history for key in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()} for row in history)
+    files = [root / cfg.path(paths.RUN_CONFIG), root / cfg.path(paths.RUN_HISTORY), root / cfg.path(paths.RUN_METRICS)]
+    _atomic_write(files[0], run_config_yaml(cfg))
+    _atomic_write(files[1], buffer.getvalue())
+    _atomic_write(files[2], json.dumps({"run_id": cfg.run_id, **cfg.keys, **final}, indent=2) + "\n")
+    return files
+
+
+def _track(cfg: RunConfig, history: list[dict], files: list[Path], status: str, extra_tags: dict) -> None:
+    if os.environ.get("FEDSKEW_TRACKING", "1") == "0":
+        return
+    from fedskew import track
+
+    partition_json = Path(cfg.path(paths.PARTITION_JSON))
+    heatmap = Path(cfg.path(paths.PARTITION_HEATMAP))
+    partition_hash = json.loads(partition_json.read_text())["content_hash"] if partition_json.exists() else "unknown"
+    tags = {"fedskew.run_id": cfg.run_id, "fedskew.config_hash": cfg.run_id,
+            "fedskew.partition_hash": partition_hash, **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()},
+            **extra_tags}
+    artifacts = [f for f in [*files, heatmap] if f.exists()]
+    name = f"{cfg.dataset}/{cfg.partition}/{cfg.method}/seed{cfg.seed}"
+    track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=name,
+                  params=cfg.to_dict(), history=history, tags=tags, artifacts=artifacts, status=status)
+
+
+def cmd_train(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.engine.checkpoint import load_checkpoint
+    from fedskew.engine.simulation import NonFiniteError, run_training
+
+    cfg = params.run(args.suite, args.dataset, args.partition, args.method, args.seed)
+    try:
+        result = run_training(cfg, threads=args.threads)
+    except NonFiniteError as error:
+        checkpoint = load_checkpoint(Path(cfg.path(paths.CHECKPOINT_DIR)), cfg.run_id)
+        _track(cfg, checkpoint["history"] if checkpoint else [], [], "FAILED", {"fedskew.error": str(error)})
+        raise
+    files = write_run_files(cfg, result.history, result.final)
+    _track(cfg, result.history, files, "FINISHED", {"fedskew.resumed_from_round": str(result.resumed_from)})
+    log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
+
+
+def cmd_aggregate(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.report.figures import accuracy_curves
+    from fedskew.report.tables import write_tables
+
+    if args.suite not in params.raw["suites"]:
+        raise ConfigError(f"--suite {args.suite!r} is not defined under `suites` in params.yaml")
+    write_tables(params, args.suite)
+    accuracy_curves(params, args.suite)
+
+
+def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
+    from fedskew.fl import ALGORITHMS
+
+    for name, cls in ALGORITHMS.items():
+        hps = ", ".join(f"{k}={v}" for k, v in cls.hyperparameters.items()) or "(no hyperparameters)"
+        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
+        print(f"{name:12s} {hps:30s} {doc}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedskew", description=__doc__)
+    parser.add_argument("--params", default="params.yaml", help="the experiment configuration (default: params.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("validate", help="check params.yaml and count runs")
+    sub.add_parser("methods", help="list the methods with their hyperparameters and defaults")
+    p = sub.add_parser("download", help="prepare a dataset under data/raw/")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--no-download", action="store_true", help="use only files already on disk")
+    p = sub.add_parser("partition", help="write a seeded partition under data/partitions/")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--partition", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p = sub.add_parser("train", help="train one run (resuming from its checkpoint) and log it to MLflow")
+    for key in ("suite", "dataset", "partition", "method"):
+        p.add_argument(f"--{key}", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: training.threads)")
+    p = sub.add_parser("aggregate", help="tables and figures of a suite")
+    p.add_argument("--suite", required=True)
+    return parser
+
+
+COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
+            "train": cmd_train, "aggregate": cmd_aggregate, "methods": cmd_methods}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from fedskew.data.download import DatasetCorruptError, DatasetUnavailableError
+    from fedskew.data.partition import PartitionError
+    from fedskew.engine.simulation import NonFiniteError
+
+    try:
+        params = None if args.command == "methods" else load_params(args.params)
+        COMMANDS[args.command](params, args)
+    except (ConfigError, DatasetUnavailableError, DatasetCorruptError, PartitionError, NonFiniteError,
+            FileNotFoundError) as error:
+        print(f"fedskew {args.command}: {error}", file=sys.stderr)
+        return 1 if isinstance(error, NonFiniteError) else 2
+    return 0

@@ -1,0 +1,268 @@
+"""params.yaml: load, validate, and resolve into one configuration per run.
+
+Validation happens once, early, and the same way for the workflow and the CLI: the
+JSON schema in workflow/schemas/ first (types, ranges, known names, known
+hyperparameters), then the checks that relate keys to each other. Every problem is
+reported with the key, the bad value and what is allowed, all at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedskew import paths
+from fedskew.data.registry import DATASET_DEFAULTS, dataset_info
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
+
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "model": "mlp",
+    "rounds": 50,
+    "participation": 1.0,
+    "local_epochs": 1,
+    "batch_size": 32,
+    "lr": 0.05,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+    "eval_every": 1,
+    "checkpoint_every": 10,
+    "threads": 1,
+    "device": "cpu",
+}
+PARTITION_DEFAULTS: dict[str, dict[str, Any]] = {"dirichlet": {"min_size": 10, "max_redraws": 1000}}
+
+
+class ConfigError(ValueError):
+    """params.yaml is invalid; the message lists every problem found."""
+
+
+def _where(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _describe(error, root_schema: dict) -> str:
+    """One line per schema violation: key, bad value, what is allowed."""
+    where, value, schema, kind = _where(error.absolute_path), error.instance, error.schema, error.validator
+    if kind == "type":
+        return f"{where}: {_short(value)} has the wrong type; expected {error.validator_value}"
+    if kind in ("enum", "const"):
+        allowed = error.validator_value if kind == "enum" else [error.validator_value]
+        return f"{where}: {_short(value)} is not allowed; allowed: {', '.join(map(str, allowed))}"
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
+        return f"{where}: {_short(value)} is out of range; must be {op} {error.validator_value}"
+    if kind in ("additionalProperties", "unevaluatedProperties"):
+        allowed = set(schema.get("properties", {}))
+        if "$ref" in schema:  # training sections: the fields live in a referenced definition
+            allowed |= set(root_schema["$defs"][schema["$ref"].split("/")[-1]].get("properties", {}))
+        extra = ", ".join(re.findall(r"'([^']+)'", error.message.split("(")[-1]))
+        return f"{where}: unknown key(s) {extra}; allowed: {', '.join(sorted(allowed)) or 'none'}"
+    if kind == "required":
+        return f"{where}: {error.message}"
+    if kind == "pattern":
+        return f"{where}: {_short(value)} is not a valid name; use letters, digits, '_', '.', '-'"
+    if kind in ("minItems", "minProperties"):
+        return f"{where}: must not be empty"
+    if kind == "uniqueItems":
+        return f"{where}: {_short(value)} has duplicates"
+    return f"{where}: {error.message}"
+
+
+def _schema_errors(raw: Any) -> list[str]:
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    messages = []
+    for error in validator.iter_errors(raw):
+        # if/then branches report through their leaf errors; skip the wrapper messages.
+        leaves = [e for e in (error.context or [])] or [error]
+        messages.extend(_describe(e, schema) for e in leaves)
+    return sorted(set(messages))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One grid point with one seed, every default filled in. Its hash is the run id."""
+
+    suite: str
+    dataset: str
+    dataset_spec: dict
+    partition: str
+    partition_spec: dict
+    method: str
+    method_spec: dict
+    seed: int
+    training: dict
+
+    def to_dict(self) -> dict:
+        return {
+            "suite": self.suite, "dataset": self.dataset, "dataset_spec": self.dataset_spec,
+            "partition": self.partition, "partition_spec": self.partition_spec,
+            "method": self.method, "method_spec": self.method_spec,
+            "seed": self.seed, "training": self.training,
+        }
+
+    @cached_property
+    def run_id(self) -> str:
+        """sha256 of everything that determines the run's results (the suite name does not)."""
+        content = {k: v for k, v in self.to_dict().items() if k != "suite"}
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        return {"suite": self.suite, "dataset": self.dataset, "partition": self.partition,
+                "method": self.method, "seed": self.seed}
+
+    def path(self, template: str) -> Path:
+        return Path(template.format(**self.keys))
+
+
+class Params:
+    """A validated params.yaml."""
+
+    def __init__(self, raw: dict):
+        self.raw = raw
+
+    @property
+    def default_suites(self) -> list[str]:
+        return list(self.raw["run"]["suites"])
+
+    def dataset_spec(self, dataset: str) -> dict:
+        spec = self.raw["datasets"][dataset]
+        return {**DATASET_DEFAULTS[spec["source"]], **spec}
+
+    def partition_spec(self, partition: str) -> dict:
+        spec = self.raw["partitions"][partition]
+        return {**PARTITION_DEFAULTS.get(spec["scheme"], {}), **spec}
+
+    def method_spec(self, method: str) -> dict:
+        from fedskew.fl import ALGORITHMS
+
+        spec = self.raw["methods"].get(method, {"algorithm": method})
+        algorithm = ALGORITHMS[spec["algorithm"]]
+        return {"algorithm": spec["algorithm"], **algorithm.hyperparameters,
+                **{k: v for k, v in spec.items() if k != "algorithm"}}
+
+    def training(self, suite: str, dataset: str) -> dict:
+        section = copy.deepcopy(self.raw["training"].get(suite, {}))
+        overrides = section.pop("overrides", {}).get(dataset, {})
+        return {**TRAINING_DEFAULTS, **section, **overrides}
+
+    def runs(self, suites: list[str] | None = None) -> list[RunConfig]:
+        out = []
+        for suite in suites or self.default_suites:
+            body = self.raw["suites"][suite]
+            for setting in body["settings"]:
+                dataset = setting["dataset"]
+                for partition in setting["partitions"]:
+                    for method in body["methods"]:
+                        for seed in body["seeds"]:
+                            out.append(RunConfig(
+                                suite=suite, dataset=dataset, dataset_spec=self.dataset_spec(dataset),
+                                partition=partition, partition_spec=self.partition_spec(partition),
+                                method=method, method_spec=self.method_spec(method), seed=seed,
+                                training=self.training(suite, dataset)))
+        return out
+
+    def run(self, suite: str, dataset: str, partition: str, method: str, seed: int) -> RunConfig:
+        for cfg in self.runs([suite]):
+            if (cfg.dataset, cfg.partition, cfg.method, cfg.seed) == (dataset, partition, method, seed):
+                return cfg
+        raise ConfigError(f"suite {suite!r} has no run dataset={dataset} partition={partition} "
+                          f"method={method} seed={seed}; check suites.{suite} in params.yaml")
+
+    def partitions_needed(self, suites: list[str] | None = None) -> set[tuple[str, str, int]]:
+        return {(c.dataset, c.partition, c.seed) for c in self.runs(suites)}
+
+
+def _cross_checks(raw: dict) -> list[str]:
+    """Checks the schema cannot express: references between sections, model/dataset fit."""
+    from fedskew.fl import ALGORITHMS
+    from fedskew.models import incompatibility
+
+    problems = []
+    for i, suite in enumerate(raw["run"]["suites"]):
+        if suite not in raw["suites"]:
+            problems.append(f"run.suites[{i}]: {suite!r} is not a suite; defined: {', '.join(raw['suites'])}")
+    for name in raw["training"]:
+        if name not in raw["suites"]:
+            problems.append(f"training.{name}: no suite named {name!r}; defined: {', '.join(raw['suites'])}")
+    for name, suite in raw["suites"].items():
+        training = raw["training"].get(name, {})
+        for key in training.get("overrides", {}):
+            if key not in [s["dataset"] for s in suite["settings"]]:
+                problems.append(f"training.{name}.overrides.{key}: suite {name!r} uses no dataset {key!r}")
+        for i, method in enumerate(suite["methods"]):
+            if method not in raw["methods"] and method not in ALGORITHMS:
+                problems.append(f"suites.{name}.methods[{i}]: {method!r} is neither a method defined under "
+                                f"`methods` ({', '.join(raw['methods']) or 'none'}) nor an algorithm "
+                                f"({', '.join(ALGORITHMS)})")
+        for j, setting in enumerate(suite["settings"]):
+            where = f"suites.{name}.settings[{j}]"
+            dataset = setting["dataset"]
+            if dataset not in raw["datasets"]:
+                problems.append(f"{where}.dataset: {dataset!r} is not defined under `datasets`; "
+                                f"defined: {', '.join(raw['datasets'])}")
+                continue
+            spec = {**DATASET_DEFAULTS[raw["datasets"][dataset]["source"]], **raw["datasets"][dataset]}
+            info = dataset_info(spec)
+            for k, partition in enumerate(setting["partitions"]):
+                if partition not in raw["partitions"]:
+                    problems.append(f"{where}.partitions[{k}]: {partition!r} is not defined under `partitions`; "
+                                    f"defined: {', '.join(raw['partitions'])}")
+                elif raw["partitions"][partition]["scheme"] == "natural" and not info.has_natural_partition:
+                    problems.append(f"{where}.partitions[{k}]: {partition!r} uses scheme 'natural', but dataset "
+                                    f"{dataset!r} ({spec['source']}) has no natural clients; use iid/dirichlet/...")
+            section = copy.deepcopy(training)
+            model = {**TRAINING_DEFAULTS, **section, **section.get("overrides", {}).get(dataset, {})}["model"]
+            problem = incompatibility(model, info)
+            if problem:
+                problems.append(f"training.{name}: model {model!r} on dataset {dataset!r}: {problem}")
+    return problems
+
+
+def load_params(source: Path | str | dict = "params.yaml") -> Params:
+    """Read and validate params.yaml (or an already-parsed dict); raise ConfigError listing every problem."""
+    if isinstance(source, dict):
+        raw, label = source, "params"
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise ConfigError(f"{path}: no such file; run from the project root or pass --params")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        label = str(path)
+    problems = _schema_errors(raw)
+    if not problems:
+        problems = _cross_checks(raw)
+    if problems:
+        raise ConfigError(f"{label} is invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
+    return Params(raw)
+
+
+def run_config_yaml(cfg: RunConfig) -> str:
+    return yaml.safe_dump({"run_id": cfg.run_id, **cfg.to_dict()}, sort_keys=False)
+
+
+__all__ = ["ConfigError", "Params", "RunConfig", "load_params", "paths", "run_config_yaml"]

@@ -1,0 +1,1 @@
+"""Datasets (registry, download, embedded generators) and label-skew partitioners."""

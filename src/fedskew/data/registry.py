@@ -1,0 +1,166 @@
+"""Dataset registry: what each source looks like, how to prepare it once, how to load it.
+
+`prepare` is the download stage: it writes data/raw/<dataset>/ (tensors plus a READY.json
+manifest with their checksum). `load` is what training calls: it reads those tensors,
+verifies the checksum and normalises once, so the training loop works on in-memory
+float tensors and a client is only a set of indices into them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedskew import paths
+
+log = logging.getLogger(__name__)
+
+TORCHVISION_SOURCES = ("mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
+DATASET_DEFAULTS: dict[str, dict] = {
+    "digits": {"test_fraction": 0.2, "seed": 0},
+    "synthetic": {"lam": 1.0, "mu": 1.0, "clients": 100, "dim": 60, "classes": 10, "seed": 0},
+    **{name: {} for name in TORCHVISION_SOURCES},
+}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a model and a partitioner need to know about a dataset without loading it."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    is_image: bool
+    has_natural_partition: bool
+
+
+def dataset_info(spec: dict) -> DatasetInfo:
+    source = spec["source"]
+    if source == "digits":
+        return DatasetInfo((1, 8, 8), 10, True, False)
+    if source == "synthetic":
+        return DatasetInfo((spec["dim"],), spec["classes"], False, True)
+    if source in ("mnist", "fashionmnist"):
+        return DatasetInfo((1, 28, 28), 10, True, False)
+    if source in ("cifar10", "svhn"):
+        return DatasetInfo((3, 32, 32), 10, True, False)
+    if source == "cifar100":
+        return DatasetInfo((3, 32, 32), 100, True, False)
+    raise ValueError(f"unknown dataset source {source!r}")
+
+
+@dataclass
+class Dataset:
+    """A dataset in memory: normalised float inputs, int64 labels, optional natural client ids."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    natural_groups: np.ndarray | None = None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _embedded_tensors(spec: dict) -> dict[str, torch.Tensor]:
+    if spec["source"] == "digits":
+        from fedskew.data.embedded import load_digits_split
+
+        return load_digits_split(spec["test_fraction"], spec["seed"])
+    from fedskew.data.embedded import generate_synthetic
+
+    return generate_synthetic(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"], spec["seed"])
+
+
+def _write_atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = True) -> Path:
+    """Materialise `dataset` and write its data/raw/<dataset>/READY.json manifest.
+
+    Torchvision datasets are downloaded, verified and decoded once by
+    fedskew.data.download into data/raw/<source>/tensors.pt; embedded ones are generated
+    into data/raw/<dataset>/tensors.pt. The manifest (written last, atomically) records
+    which tensor file belongs to the dataset and its sha256, so `load` never trusts a
+    half-written or altered file.
+    """
+    ready = root / paths.RAW_READY.format(dataset=dataset)
+    ready.parent.mkdir(parents=True, exist_ok=True)
+    if spec["source"] in TORCHVISION_SOURCES:
+        from fedskew.data.download import load_tensors, raw_dir
+
+        raw = load_tensors(spec["source"], root / "data" / "raw", download=download)
+        tensor_path = raw_dir(spec["source"], root / "data" / "raw") / "tensors.pt"
+        shapes = {k: list(getattr(raw, k).shape) for k in ("x_train", "y_train", "x_test", "y_test")}
+    else:
+        tensors = _embedded_tensors(spec)
+        tensor_path = ready.parent / "tensors.pt"
+        _write_atomic(tensor_path, lambda tmp: torch.save(tensors, tmp))
+        shapes = {key: list(value.shape) for key, value in tensors.items()}
+    manifest = {
+        "dataset": dataset,
+        "spec": spec,
+        "tensors": tensor_path.relative_to(root).as_posix(),
+        "sha256": _sha256(tensor_path),
+        "shapes": shapes,
+    }
+    _write_atomic(ready, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n"))
+    log.info("prepared %s: %s", dataset, shapes)
+    return ready
+
+
+def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
+    """Load a prepared dataset, verify it against its manifest and normalise it once."""
+    ready = root / paths.RAW_READY.format(dataset=dataset)
+    if not ready.exists():
+        raise FileNotFoundError(
+            f"dataset {dataset!r} is not prepared ({ready} is missing): run "
+            f"`python -m fedskew download --dataset {dataset}` or the Snakemake workflow first"
+        )
+    manifest = json.loads(ready.read_text())
+    tensor_path = root / manifest["tensors"]
+    if manifest.get("spec") != spec or _sha256(tensor_path) != manifest.get("sha256"):
+        raise RuntimeError(
+            f"{tensor_path} does not match {ready} (changed spec or corrupt file): "
+            f"re-run `python -m fedskew download --dataset {dataset}`"
+        )
+    raw = torch.load(tensor_path, weights_only=True)
+    x_train, x_test = _normalise(raw["x_train"], raw["x_test"], spec["source"])
+    groups = raw.get("natural_groups")
+    return Dataset(
+        x_train=x_train,
+        y_train=raw["y_train"].long(),
+        x_test=x_test,
+        y_test=raw["y_test"].long(),
+        num_classes=dataset_info(spec).num_classes,
+        natural_groups=None if groups is None else groups.numpy(),
+    )
+
+
+def _normalise(x_train: torch.Tensor, x_test: torch.Tensor, source: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images: scale to [0, 1], then standardise per channel with training statistics."""
+    if source == "synthetic":
+        return x_train.float(), x_test.float()
+    scale = 16.0 if source == "digits" else 255.0
+    x_train = x_train.float() / scale
+    x_test = x_test.float() / scale
+    dims = [0, 2, 3]
+    mean = x_train.mean(dim=dims, keepdim=True)
+    std = x_train.std(dim=dims, keepdim=True).clamp_min(1e-6)
+    return (x_train - mean) / std, (x_test - mean) / std

@@ -1,0 +1,198 @@
+"""The federated simulation loop: sample clients, train them locally, aggregate, evaluate.
+
+One model object is re-loaded from state for every client; data stays in one set of
+tensors and a client is a set of indices into it. The loop has no per-method branches:
+everything method-specific goes through the FederatedAlgorithm hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedskew import paths
+from fedskew.config import RunConfig
+from fedskew.data import registry
+from fedskew.data.partition import load_partition
+from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedskew.engine.evaluate import evaluate
+from fedskew.engine.sampling import client_seed, clients_per_round, derive_seed, sampling_schedule
+from fedskew.fl import ALGORITHMS
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, TrainingSettings
+from fedskew.models import build_model
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteError(RuntimeError):
+    """A loss or the aggregated model became NaN/Inf; the message names run, round and client."""
+
+
+class RunStopped(Exception):
+    """Raised by `stop_after_round` (used to test resuming): the run stopped on purpose."""
+
+
+@dataclass
+class RunResult:
+    history: list[dict[str, Any]]
+    final: dict[str, Any]
+    resumed_from: int
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of all tensors in a (nested) container: what crosses the network."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("training.device is 'cuda' but no CUDA device is available; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
+                 x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str) -> ClientUpdate:
+    """Local training of one client from the global model; returns its update."""
+    settings = algorithm.settings
+    model.load_state_dict(global_state)
+    model.train()
+    optimizer = algorithm.make_optimizer(model)
+    algorithm.begin_local(model, global_state, client)
+    n, steps = client.num_samples, 0
+    loss_sum = torch.zeros((), device=x.device)
+    for _ in range(settings.local_epochs):
+        order = client.indices[torch.randperm(n, generator=client.generator)].to(x.device)
+        for start in range(0, n, settings.batch_size):
+            batch = order[start:start + settings.batch_size]
+            loss_sum += algorithm.local_step(model, optimizer, x[batch], y[batch], client)
+            steps += 1
+    mean_loss = float(loss_sum) / max(steps, 1)  # one device sync per client, not per step
+    if not math.isfinite(mean_loss):
+        raise NonFiniteError(f"run {run_id}: non-finite training loss ({mean_loss}) in round {client.round}, "
+                             f"client {client.client_id}; lower training.lr or check the method's hyperparameters")
+    state = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    return ClientUpdate(client.client_id, n, state, steps, mean_loss,
+                        algorithm.client_payload(model, client, steps))
+
+
+def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int | None = None,
+                 threads: int | None = None) -> RunResult:
+    """Run (or resume) one configuration to its last round and return its history.
+
+    Checkpoints go to results/checkpoints/...; a checkpoint of the same run id is resumed
+    from, one of another config is ignored. `stop_after_round` raises RunStopped after
+    checkpointing that round (for tests of resuming).
+    """
+    training = cfg.training
+    torch.set_num_threads(threads or training["threads"])
+    device = resolve_device(training["device"])
+    if device.type == "cuda":
+        # CPU kernels used here are deterministic already; on GPU ask for deterministic
+        # kernels where they exist (some remain non-deterministic: see the README).
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+    data = registry.load(cfg.dataset, cfg.dataset_spec, root)
+    partition = load_partition(root / cfg.path(paths.PARTITION))
+    x_train, y_train = data.x_train.to(device), data.y_train.to(device)
+    x_test, y_test = data.x_test.to(device), data.y_test.to(device)
+    num_clients = len(partition.client_indices)
+    client_indices = [torch.from_numpy(np.asarray(idx, dtype=np.int64)) for idx in partition.client_indices]
+    label_counts = torch.from_numpy(np.asarray(partition.label_counts)).to(device)
+
+    torch.manual_seed(derive_seed(cfg.seed, 0))  # same initial model for every method of a seed
+    info = registry.dataset_info(cfg.dataset_spec)
+    model = build_model(training["model"], info).to(device)
+    settings = TrainingSettings(training["local_epochs"], training["batch_size"], training["lr"],
+                                training["momentum"], training["weight_decay"])
+    method_spec = dict(cfg.method_spec)
+    algorithm = ALGORITHMS[method_spec.pop("algorithm")](settings, num_clients, data.num_classes, **method_spec)
+    rounds = training["rounds"]
+    schedule = sampling_schedule(cfg.seed, num_clients, clients_per_round(num_clients, training["participation"]),
+                                 rounds)
+
+    checkpoint_dir = root / cfg.path(paths.CHECKPOINT_DIR)
+    global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    history: list[dict[str, Any]] = []
+    start = 1
+    checkpoint = load_checkpoint(checkpoint_dir, cfg.run_id)
+    if checkpoint is not None:
+        global_state = {k: v.to(device) for k, v in checkpoint["global_state"].items()}
+        algorithm.load_state_dict(checkpoint["algorithm_state"])
+        history = checkpoint["history"]
+        start = checkpoint["round"] + 1
+        log.info("run %s: resuming after round %d", cfg.run_id, checkpoint["round"])
+
+    show_progress = sys.stderr.isatty()
+    for round_ in range(start, rounds + 1):
+        updates, bytes_down = [], 0
+        for client_id in schedule[round_ - 1]:
+            client_id = int(client_id)
+            seed = client_seed(cfg.seed, round_, client_id)
+            torch.manual_seed(seed)  # dropout and other model randomness: per client, order-free
+            client = ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
+                                   torch.Generator().manual_seed(seed))
+            bytes_down += tensor_bytes(global_state) + tensor_bytes(algorithm.download_payload(client))
+            updates.append(train_client(algorithm, model, global_state, x_train, y_train, client, cfg.run_id))
+        global_state = algorithm.aggregate(global_state, updates)
+        for key, value in global_state.items():
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise NonFiniteError(f"run {cfg.run_id}: aggregated model has non-finite values in {key!r} "
+                                     f"after round {round_} (clients {[u.client_id for u in updates]})")
+        total = sum(u.num_samples for u in updates)
+        row: dict[str, Any] = {
+            "round": round_,
+            "train_loss": sum(u.train_loss * u.num_samples for u in updates) / total,
+            "clients": len(updates),
+            "bytes_up": sum(tensor_bytes(u.state) + tensor_bytes(u.payload) for u in updates),
+            "bytes_down": bytes_down,
+        }
+        if round_ % training["eval_every"] == 0 or round_ == rounds:
+            model.load_state_dict(global_state)
+            metrics = evaluate(model, x_test, y_test, data.num_classes)
+            row.update({f"test_{k}": v for k, v in metrics.items() if k != "per_class_acc"})
+            row.update({f"test_acc_class{c}": v for c, v in enumerate(metrics["per_class_acc"])})
+            if show_progress:
+                print(f"\r{cfg.run_id} round {round_}/{rounds} acc {metrics['acc']:.4f}", end="", file=sys.stderr)
+        history.append(row)
+        if round_ % training["checkpoint_every"] == 0 or round_ == rounds or round_ == stop_after_round:
+            save_checkpoint(checkpoint_dir, {
+                "run_id": cfg.run_id, "round": round_, "global_state": global_state,
+                "algorithm_state": algorithm.state_dict(), "history": history,
+            })
+        if round_ == stop_after_round:
+            raise RunStopped(f"stopped after round {round_}")
+    if show_progress:
+        print(file=sys.stderr)
+    return RunResult(history, summarise(history), start - 1)
+
+
+def summarise(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Final-round figures (what tables report) and the best round (labelled as such)."""
+    evaluated = [row for row in history if "test_acc" in row]
+    final = evaluated[-1]
+    best = max(evaluated, key=lambda row: row["test_acc"])
+    return {
+        "final_round": final["round"],
+        "final_acc": final["test_acc"],
+        "final_balanced_acc": final["test_balanced_acc"],
+        "final_loss": final["test_loss"],
+        "best_round": best["round"],
+        "best_acc": best["test_acc"],
+        "total_bytes_up": sum(row["bytes_up"] for row in history),
+        "total_bytes_down": sum(row["bytes_down"] for row in history),
+    }

@@ -1,0 +1,150 @@
+"""The hook interface every federated method implements.
+
+A method overrides only what differs from FedAvg:
+
+- `local_loss`        the client objective (FedLC, FedRS, FedNTD, FedED, FL-FCR, ...)
+- `begin_local` / `after_backward` / `local_step`
+                      client-side state and optimiser changes (FedProx, SCAFFOLD,
+                      FedSAM, FedDyn, MOON, ...)
+- `client_payload`    extra tensors a client uploads (control variates, statistics)
+- `aggregate`         the server update (FedNova, FedOpt, FedEXP, FedDyn, ...)
+- `state_dict` / `load_state_dict`
+                      state kept across rounds, saved in checkpoints
+
+Combinations named in the papers (e.g. FedLC+FedProx) are subclasses of both parents:
+each parent overrides different hooks, so the composition needs no new code.
+The engine (fedskew.engine) owns the loop and contains no per-method branches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+StateDict = dict[str, torch.Tensor]
+
+
+@dataclass
+class ClientContext:
+    """What a client knows in one round. `label_counts` covers its whole local set (n_c)."""
+
+    client_id: int
+    round: int
+    indices: torch.Tensor
+    label_counts: torch.Tensor
+    generator: torch.Generator
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.indices.numel())
+
+
+@dataclass
+class ClientUpdate:
+    """What a client sends back after local training."""
+
+    client_id: int
+    num_samples: int
+    state: StateDict
+    num_steps: int
+    train_loss: float
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """The local-training settings every method receives (from params.yaml `training`)."""
+
+    local_epochs: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+class FederatedAlgorithm:
+    """FedAvg (McMahan et al., 2017); the base every other federated method refines."""
+
+    name: ClassVar[str] = "fedavg"
+    # Hyperparameters with the paper defaults; params.yaml may override each one.
+    hyperparameters: ClassVar[dict[str, float]] = {}
+
+    def __init__(self, settings: TrainingSettings, num_clients: int, num_classes: int, **hyperparameters: float):
+        unknown = set(hyperparameters) - set(self.hyperparameters)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown hyperparameters {sorted(unknown)}; "
+                             f"known: {sorted(self.hyperparameters) or 'none'}")
+        self.settings = settings
+        self.num_clients = num_clients
+        self.num_classes = num_classes
+        self.hp = {**self.hyperparameters, **hyperparameters}
+
+    # ----------------------------------------------------------------- client side
+    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        s = self.settings
+        return torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+
+    def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
+        """Called after the client loaded the global model, before its first step."""
+
+    def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
+                   client: ClientContext) -> torch.Tensor:
+        return F.cross_entropy(logits, y)
+
+    def after_backward(self, model: nn.Module, client: ClientContext) -> None:
+        """Adjust gradients between backward and the optimiser step."""
+
+    def local_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                   y: torch.Tensor, client: ClientContext) -> torch.Tensor:
+        """One minibatch step; returns the (detached) loss."""
+        optimizer.zero_grad(set_to_none=True)
+        features = model.body(x)
+        loss = self.local_loss(model.head(features), features, y, client)
+        loss.backward()
+        self.after_backward(model, client)
+        optimizer.step()
+        return loss.detach()
+
+    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        """Tensors uploaded besides the model state (counted as communication)."""
+        return {}
+
+    def download_payload(self, client: ClientContext) -> dict[str, Any]:
+        """Tensors sent to a client besides the global model (counted as communication)."""
+        return {}
+
+    # ----------------------------------------------------------------- server side
+    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
+        return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
+
+    # ------------------------------------------------------------- persistent state
+    def state_dict(self) -> dict[str, Any]:
+        """State kept across rounds; saved in checkpoints for bit-identical resume."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{self.name} keeps no state, but the checkpoint holds {sorted(state)}")
+
+
+def weighted_average(states: list[StateDict], weights: list[float]) -> StateDict:
+    """Average parameters and floating buffers (BatchNorm statistics) by `weights`.
+
+    Integer buffers (BatchNorm's num_batches_tracked) cannot be averaged meaningfully;
+    they take the maximum over clients.
+    """
+    total = float(sum(weights))
+    out: StateDict = {}
+    for key, first in states[0].items():
+        if first.is_floating_point():
+            acc = torch.zeros_like(first)
+            for state, weight in zip(states, weights):
+                acc.add_(state[key], alpha=weight / total)
+            out[key] = acc
+        else:
+            out[key] = torch.stack([state[key] for state in states]).amax(dim=0)
+    return out

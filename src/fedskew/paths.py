@@ -1,0 +1,18 @@
+"""Where every artifact lives, relative to the project root (the folder of params.yaml).
+
+The Snakefile builds its rule patterns from these templates and the CLI fills them in,
+so the two can never disagree about a path.
+"""
+
+RAW_DIR = "data/raw/{dataset}"
+RAW_READY = RAW_DIR + "/READY.json"
+PARTITION = "data/partitions/{dataset}/{partition}/seed{seed}.npz"
+PARTITION_JSON = "data/partitions/{dataset}/{partition}/seed{seed}.json"
+PARTITION_HEATMAP = "data/partitions/{dataset}/{partition}/seed{seed}.png"
+RUN_DIR = "results/runs/{suite}/{dataset}/{partition}/{method}/seed{seed}"
+RUN_METRICS = RUN_DIR + "/metrics.json"
+RUN_HISTORY = RUN_DIR + "/history.csv"
+RUN_CONFIG = RUN_DIR + "/config.yaml"
+CHECKPOINT_DIR = "results/checkpoints/{suite}/{dataset}/{partition}/{method}/seed{seed}"
+TABLE = "results/tables/{suite}.{ext}"
+FIGURE_DIR = "results/figures/{suite}"

@@ -1,0 +1,46 @@
+"""Accuracy curves per setting: mean over seeds with a ± std band, one line per method."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from fedskew import paths
+from fedskew.config import Params
+
+
+def accuracy_curves(params: Params, suite: str, root: Path = Path(".")) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = []
+    for cfg in params.runs([suite]):
+        history = pd.read_csv(root / cfg.path(paths.RUN_HISTORY))
+        history = history.dropna(subset=["test_acc"])
+        frames.append(history[["round", "test_acc"]].assign(**cfg.keys))
+    runs = pd.concat(frames)
+    out_dir = root / paths.FIGURE_DIR.format(suite=suite)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for (dataset, partition), setting in runs.groupby(["dataset", "partition"], sort=False):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for method, curves in setting.groupby("method", sort=False):
+            stats = curves.groupby("round")["test_acc"].agg(["mean", "std", "count"]).fillna(0.0)
+            ax.plot(stats.index, 100 * stats["mean"], label=f"{method} (n={int(stats['count'].max())})")
+            ax.fill_between(stats.index, 100 * (stats["mean"] - stats["std"]),
+                            100 * (stats["mean"] + stats["std"]), alpha=0.2)
+        ax.set(xlabel="round", ylabel="test accuracy (%)", title=f"{suite}: {dataset} / {partition}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{dataset}_{partition}.png"
+        tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
+        fig.savefig(tmp, dpi=120)
+        plt.close(fig)
+        os.replace(tmp, path)
+        written.append(path)
+    return written

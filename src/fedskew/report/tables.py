@@ -1,0 +1,126 @@
+"""Tables per suite, built from the run files alone (no tracker needed).
+
+Rows are methods, columns are settings (dataset / partition), cells are the
+final-round test accuracy in %, mean ± sample standard deviation over seeds, with
+the seed count. The CSV adds balanced accuracy and the best-round accuracy, labelled
+as such: best-round figures are never the reported number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from fedskew import paths
+from fedskew.config import Params
+
+REPORTED = "final_acc"
+
+
+def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
+    """One row per run of the suite, read from results/runs/.../metrics.json."""
+    rows = []
+    for cfg in params.runs([suite]):
+        path = root / cfg.path(paths.RUN_METRICS)
+        if not path.exists():
+            raise FileNotFoundError(f"{path} is missing: train the suite first (snakemake --cores all)")
+        rows.append({**cfg.keys, **json.loads(path.read_text())})
+    return pd.DataFrame(rows)
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std (ddof=1) over seeds of each (dataset, partition, method)."""
+    metrics = ["final_acc", "final_balanced_acc", "best_acc", "total_bytes_up", "total_bytes_down"]
+    grouped = runs.groupby(["dataset", "partition", "method"], sort=False)
+    out = grouped[metrics].agg(["mean", "std"])
+    out.columns = [f"{metric}_{stat}" for metric, stat in out.columns]
+    out["seeds"] = grouped["seed"].count()
+    return out.reset_index()
+
+
+def _cell(mean: float, std: float, n: int) -> str:
+    spread = "n/a" if n < 2 or math.isnan(std) else f"{100 * std:.2f}"
+    return f"{100 * mean:.2f} ± {spread} (n={n})"
+
+
+def wide_table(summary: pd.DataFrame) -> pd.DataFrame:
+    summary = summary.assign(setting=summary["dataset"] + " / " + summary["partition"])
+    summary["cell"] = [_cell(m, s, n) for m, s, n in
+                       zip(summary[f"{REPORTED}_mean"], summary[f"{REPORTED}_std"], summary["seeds"])]
+    table = summary.pivot(index="method", columns="setting", values="cell")
+    methods = list(dict.fromkeys(summary["method"]))
+    settings = list(dict.fromkeys(summary["setting"]))
+    return table.loc[methods, settings]
+
+
+def protocol_lines(params: Params, suite: str) -> list[str]:
+    """The protocol behind the numbers, printed under every table."""
+    body = params.raw["suites"][suite]
+    lines = [
+        "Cells: final-round test accuracy (%), mean ± sample std over seeds "
+        f"{body['seeds']}; best-round accuracy is in the CSV only, labelled.",
+    ]
+    for setting in body["settings"]:
+        dataset = setting["dataset"]
+        training = params.training(suite, dataset)
+        lines.append(f"{dataset} ({json.dumps(params.dataset_spec(dataset), sort_keys=True)}): "
+                     + ", ".join(f"{k}={v}" for k, v in training.items()))
+        for partition in setting["partitions"]:
+            lines.append(f"partition {partition}: {json.dumps(params.partition_spec(partition), sort_keys=True)}")
+    for method in body["methods"]:
+        lines.append(f"method {method}: {json.dumps(params.method_spec(method), sort_keys=True)}")
+    return lines
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _markdown(table: pd.DataFrame, suite: str, protocol: list[str]) -> str:
+    header = "| method | " + " | ".join(table.columns) + " |"
+    rule = "|---" * (len(table.columns) + 1) + "|"
+    rows = [f"| {method} | " + " | ".join(row) + " |" for method, row in zip(table.index, table.values)]
+    notes = "\n".join(f"- {line}" for line in protocol)
+    return f"# Suite `{suite}`\n\n{header}\n{rule}\n" + "\n".join(rows) + f"\n\nProtocol:\n\n{notes}\n"
+
+
+def _latex(table: pd.DataFrame, suite: str) -> str:
+    def esc(text: str) -> str:
+        return text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$")
+
+    spec = "l" + "c" * len(table.columns)
+    lines = [f"% fedskew suite {suite}: final-round test accuracy (%), mean $\\pm$ std over seeds",
+             f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
+             "method & " + " & ".join(esc(c) for c in table.columns) + r" \\", r"\midrule"]
+    lines += [esc(method) + " & " + " & ".join(esc(c) for c in row) + r" \\"
+              for method, row in zip(table.index, table.values)]
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str, Path]:
+    runs = collect(params, suite, root)
+    summary = summarise(runs)
+    table = wide_table(summary)
+    out = {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in ("md", "csv", "tex", "json")}
+    protocol = protocol_lines(params, suite)
+    _atomic_write(out["md"], _markdown(table, suite, protocol))
+    _atomic_write(out["tex"], _latex(table, suite))
+    csv = summary.rename(columns={"best_acc_mean": "best_round_acc_mean (not reported)",
+                                  "best_acc_std": "best_round_acc_std (not reported)"})
+    _atomic_write(out["csv"], csv.to_csv(index=False, float_format="%.6f"))
+    # A flat metrics file for `dvc metrics show`.
+    flat = {f"{r.dataset}/{r.partition}/{r.method}": {"final_acc_mean": round(r.final_acc_mean, 6),
+                                                      "final_acc_std": None if math.isnan(r.final_acc_std)
+                                                      else round(r.final_acc_std, 6),
+                                                      "seeds": int(r.seeds)}
+            for r in summary.itertuples()}
+    _atomic_write(out["json"], json.dumps(flat, indent=2) + "\n")
+    return out

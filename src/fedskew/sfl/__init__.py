@@ -1,0 +1,1 @@
+"""fedskew.sfl"""

@@ -1,0 +1,77 @@
+"""Shared fixtures: a tiny, fast params dict and a prepared project folder in tmp_path."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Small enough that one run trains in about a second on one core.
+TINY_PARAMS = {
+    "run": {"suites": ["tiny"]},
+    "datasets": {
+        "digits": {"source": "digits"},
+        "synth": {"source": "synthetic", "lam": 1.0, "mu": 1.0, "clients": 12, "seed": 0},
+    },
+    "partitions": {
+        "dir0.5": {"scheme": "dirichlet", "beta": 0.5, "clients": 4, "min_size": 5},
+        "q2": {"scheme": "quantity", "alpha": 2, "clients": 4},
+        "natural": {"scheme": "natural"},
+    },
+    "methods": {
+        "fedavg": {"algorithm": "fedavg"},
+        "fedprox": {"algorithm": "fedprox", "mu": 0.01},
+        "fedlc": {"algorithm": "fedlc", "tau": 1.0},
+    },
+    "suites": {
+        "tiny": {
+            "settings": [{"dataset": "digits", "partitions": ["dir0.5", "q2"]}],
+            "methods": ["fedavg", "fedlc"],
+            "seeds": [0, 1],
+        },
+    },
+    "training": {
+        "tiny": {"model": "mlp", "rounds": 4, "participation": 0.5, "local_epochs": 1, "batch_size": 32,
+                 "lr": 0.05, "eval_every": 2, "checkpoint_every": 2, "threads": 1},
+    },
+}
+
+
+@pytest.fixture
+def tiny_params() -> dict:
+    return copy.deepcopy(TINY_PARAMS)
+
+
+@pytest.fixture
+def project(tmp_path, tiny_params, monkeypatch):
+    """A working directory with params.yaml written and every needed dataset and partition prepared."""
+    from fedskew.cli import cmd_partition
+    from fedskew.config import load_params
+    from fedskew.data.registry import prepare
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDSKEW_TRACKING", "0")
+    params = load_params(tmp_path / "params.yaml")
+    for dataset in {d for d, _, _ in params.partitions_needed()}:
+        prepare(dataset, params.dataset_spec(dataset))
+    for dataset, partition, seed in sorted(params.partitions_needed()):
+        cmd_partition(params, argparse.Namespace(dataset=dataset, partition=partition, seed=seed))
+    return tmp_path
+
+
+def venv_bin(name: str) -> str:
+    """A console script of the environment running the tests (snakemake, dvc, ...)."""
+    import sys
+
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+os.environ.setdefault("MPLBACKEND", "Agg")

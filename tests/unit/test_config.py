@@ -1,0 +1,121 @@
+"""params.yaml validation: every bad input fails early, naming key, value and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from fedskew.config import ConfigError, load_params
+from tests.conftest import REPO, TINY_PARAMS
+
+
+def _with(change) -> dict:
+    params = copy.deepcopy(TINY_PARAMS)
+    change(params)
+    return params
+
+
+BAD_INPUTS = [
+    # (description, mutation, words the message must contain)
+    ("wrong type for rounds", lambda p: p["training"]["tiny"].update(rounds="ten"),
+     ["training.tiny.rounds", "'ten'", "integer"]),
+    ("negative round count", lambda p: p["training"]["tiny"].update(rounds=-3),
+     ["training.tiny.rounds", "-3", ">= 1"]),
+    ("beta = 0", lambda p: p["partitions"]["dir0.5"].update(beta=0),
+     ["partitions.dir0.5.beta", "0", "> 0"]),
+    ("negative beta", lambda p: p["partitions"]["dir0.5"].update(beta=-0.5),
+     ["partitions.dir0.5.beta", "-0.5", "> 0"]),
+    ("unknown partition scheme", lambda p: p["partitions"].update(bad={"scheme": "pathological", "clients": 3}),
+     ["partitions.bad.scheme", "'pathological'", "dirichlet", "quantity"]),
+    ("unknown algorithm", lambda p: p["methods"].update(fedfoo={"algorithm": "fedfoo"}),
+     ["methods.fedfoo.algorithm", "'fedfoo'", "fedavg", "fedlc"]),
+    ("unknown hyperparameter", lambda p: p["methods"]["fedprox"].update(lam=0.1),
+     ["methods.fedprox", "lam", "mu"]),
+    ("unknown dataset source", lambda p: p["datasets"].update(bad={"source": "imagenet22k"}),
+     ["datasets.bad.source", "'imagenet22k'", "digits", "cifar10"]),
+    ("suite names an undefined dataset", lambda p: p["suites"]["tiny"]["settings"][0].update(dataset="digitz"),
+     ["suites.tiny.settings[0].dataset", "'digitz'", "digits"]),
+    ("suite names an undefined method", lambda p: p["suites"]["tiny"].update(methods=["fedavg", "fedxyz"]),
+     ["suites.tiny.methods[1]", "'fedxyz'"]),
+    ("suite names an undefined partition", lambda p: p["suites"]["tiny"]["settings"][0].update(partitions=["dir9"]),
+     ["suites.tiny.settings[0].partitions[0]", "'dir9'", "dir0.5"]),
+    ("negative seed", lambda p: p["suites"]["tiny"].update(seeds=[0, -1]),
+     ["suites.tiny.seeds[1]", "-1", ">= 0"]),
+    ("participation above one", lambda p: p["training"]["tiny"].update(participation=1.5),
+     ["training.tiny.participation", "1.5", "<= 1"]),
+    ("unknown training key", lambda p: p["training"]["tiny"].update(learning_rate=0.1),
+     ["training.tiny", "learning_rate", "lr"]),
+    ("CNN on tabular data", lambda p: (p["suites"]["tiny"]["settings"].append(
+        {"dataset": "synth", "partitions": ["natural"]}), p["training"]["tiny"].update(model="cnn")),
+     ["model 'cnn'", "synth", "image"]),
+    ("natural partition of a dataset without natural clients",
+     lambda p: p["suites"]["tiny"]["settings"][0].update(partitions=["natural"]),
+     ["partitions[0]", "'natural'", "digits"]),
+    ("run names an undefined suite", lambda p: p["run"].update(suites=["tiny", "huge"]),
+     ["run.suites[1]", "'huge'"]),
+    ("unknown model", lambda p: p["training"]["tiny"].update(model="resnet1000"),
+     ["training.tiny.model", "'resnet1000'", "cnn"]),
+]
+
+
+@pytest.mark.parametrize("description,change,words", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_rejected_with_a_clear_message(description, change, words):
+    with pytest.raises(ConfigError) as info:
+        load_params(_with(change))
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"{description}: {word!r} missing from\n{message}"
+
+
+def test_all_problems_are_reported_at_once():
+    def two_problems(p):
+        p["training"]["tiny"]["rounds"] = 0
+        p["partitions"]["dir0.5"]["beta"] = -1
+
+    message = str(pytest.raises(ConfigError, load_params, _with(two_problems)).value)
+    assert "training.tiny.rounds" in message and "partitions.dir0.5.beta" in message
+
+
+def test_the_shipped_params_yaml_is_valid_and_expands_the_default_suite():
+    params = load_params(REPO / "params.yaml")
+    runs = params.runs()
+    assert params.default_suites == ["default"]
+    # digits x {D(0.1), D(0.5), Q(2)} + synthetic(1,1) x natural, x 3 methods x 3 seeds
+    assert len(runs) == 4 * 3 * 3
+    assert {r.method for r in runs} == {"fedavg", "fedprox", "fedlc"}
+
+
+def test_run_id_is_a_hash_of_the_resolved_config():
+    params = load_params(copy.deepcopy(TINY_PARAMS))
+    a = params.run("tiny", "digits", "q2", "fedlc", 0)
+    assert a.method_spec == {"algorithm": "fedlc", "tau": 1.0}
+    assert a.training["momentum"] == 0.0  # defaults are filled in
+    changed = _with(lambda p: p["training"]["tiny"].update(lr=0.01))
+    b = load_params(changed).run("tiny", "digits", "q2", "fedlc", 0)
+    assert a.run_id != b.run_id
+    assert a.run_id == load_params(copy.deepcopy(TINY_PARAMS)).run("tiny", "digits", "q2", "fedlc", 0).run_id
+
+
+def test_schema_knows_exactly_the_registered_algorithms_and_hyperparameters():
+    from fedskew.config import SCHEMA_PATH
+    from fedskew.fl import ALGORITHMS
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    method = schema["$defs"]["method"]
+    assert method["properties"]["algorithm"]["enum"] == list(ALGORITHMS)
+    for branch in method["allOf"]:
+        name = branch["if"]["properties"]["algorithm"]["const"]
+        declared = set(branch["then"]["properties"]) - {"algorithm"}
+        assert declared == set(ALGORITHMS[name].hyperparameters), name
+
+
+def test_cli_validate_fails_cleanly_on_a_bad_file(tmp_path, capsys):
+    from fedskew.cli import main
+
+    bad = _with(lambda p: p["training"]["tiny"].update(rounds=-1))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
+    assert main(["--params", str(tmp_path / "params.yaml"), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert "training.tiny.rounds" in err and "Traceback" not in err

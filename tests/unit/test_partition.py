@@ -1,0 +1,339 @@
+"""Unit tests for fedskew.data.partition: coverage, determinism, scheme statistics, errors, I/O."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedskew.data.partition import (
+    SCHEME_PARAMS,
+    SCHEMES,
+    Partition,
+    PartitionError,
+    load_partition,
+    make_partition,
+    plot_heatmap,
+    save_partition,
+)
+
+C = 10
+
+
+def _labels_from_counts(counts: list[int], seed: int) -> np.ndarray:
+    labels = np.repeat(np.arange(len(counts)), counts)
+    np.random.default_rng(seed).shuffle(labels)
+    return labels.astype(np.int64)
+
+
+# ~2000 samples, 10 classes, mildly varied counts; and a strongly imbalanced one.
+VARIED = _labels_from_counts([200, 210, 190, 220, 180, 205, 195, 215, 185, 200], seed=1)
+IMBALANCED = _labels_from_counts([600, 400, 300, 200, 150, 120, 90, 70, 50, 20], seed=2)
+# 200 per class: with 10 clients and alpha=2 the Q(alpha) sets (100 samples) align with classes.
+BALANCED = _labels_from_counts([200] * C, seed=3)
+
+CONFIGS: dict[str, dict] = {
+    "iid": {"clients": 10},
+    "dirichlet": {"clients": 10, "beta": 0.5},
+    "quantity": {"clients": 10, "alpha": 2},
+    "quantity_per_label": {"clients": 10, "alpha": 2},
+    "shards": {"clients": 10, "shards_per_client": 2},
+    "natural": {},
+}
+
+
+def _groups(n: int, k: int = 7, seed: int = 4) -> np.ndarray:
+    g = np.arange(n) % k
+    np.random.default_rng(seed).shuffle(g)
+    return g
+
+
+def _make(labels: np.ndarray, scheme: str, seed: int = 0, **over) -> Partition:
+    params = {**CONFIGS[scheme], **over}
+    groups = _groups(len(labels)) if scheme == "natural" else None
+    return make_partition(labels, C, scheme, params, seed, dataset="toy", natural_groups=groups)
+
+
+def test_registry_consistent() -> None:
+    assert set(SCHEMES) == set(SCHEME_PARAMS) == set(CONFIGS)
+
+
+@pytest.mark.parametrize("labels", [VARIED, IMBALANCED], ids=["varied", "imbalanced"])
+@pytest.mark.parametrize("scheme", sorted(CONFIGS))
+def test_every_sample_once_and_counts(scheme: str, labels: np.ndarray) -> None:
+    p = _make(labels, scheme)
+    flat = np.concatenate(p.client_indices)
+    assert flat.dtype == np.int64
+    assert np.array_equal(np.sort(flat), np.arange(len(labels)))
+    assert all(np.all(np.diff(ix) > 0) for ix in p.client_indices)  # sorted, unique
+    assert p.label_counts.dtype == np.int64
+    assert p.label_counts.shape == (p.num_clients, C)
+    for k, ix in enumerate(p.client_indices):
+        assert np.array_equal(p.label_counts[k], np.bincount(labels[ix], minlength=C))
+    assert p.label_counts.sum(axis=0).tolist() == np.bincount(labels, minlength=C).tolist()
+    assert p.meta["scheme"] == scheme and p.meta["seed"] == 0 and p.meta["dataset"] == "toy"
+    assert p.meta["num_samples"] == len(labels) and p.meta["num_classes"] == C
+    assert len(p.content_hash) == 64
+
+
+@pytest.mark.parametrize("scheme", sorted(CONFIGS))
+def test_deterministic_bytes_and_seed_sensitivity(scheme: str, tmp_path: Path) -> None:
+    a, b = _make(VARIED, scheme, seed=5), _make(VARIED, scheme, seed=5)
+    save_partition(a, tmp_path / "a" / "part.npz")
+    save_partition(b, tmp_path / "b" / "part.npz")
+    for suffix in (".npz", ".json"):
+        assert (tmp_path / "a" / f"part{suffix}").read_bytes() == (tmp_path / "b" / f"part{suffix}").read_bytes()
+    assert a.content_hash == b.content_hash
+    c = _make(VARIED, scheme, seed=6)
+    assert c.content_hash != a.content_hash
+    if scheme != "natural":  # natural ignores the seed by construction
+        assert any(not np.array_equal(x, y) for x, y in zip(a.client_indices, c.client_indices))
+
+
+@pytest.mark.parametrize("scheme", sorted(CONFIGS))
+def test_roundtrip(scheme: str, tmp_path: Path) -> None:
+    p = _make(IMBALANCED, scheme, seed=3)
+    path = tmp_path / "p.npz"
+    save_partition(p, path)
+    q = load_partition(path)
+    assert q.content_hash == p.content_hash
+    assert q.meta == p.meta
+    assert np.array_equal(q.label_counts, p.label_counts)
+    assert all(np.array_equal(x, y) for x, y in zip(p.client_indices, q.client_indices))
+    side = json.loads(path.with_suffix(".json").read_text())
+    assert side["content_hash"] == p.content_hash
+    assert side["client_sizes"] == p.client_sizes.tolist()
+    assert side["label_counts"] == p.label_counts.tolist()
+    assert side["meta"] == p.meta
+    assert not list(tmp_path.glob("*.tmp"))  # no temporaries left behind
+
+
+def _rewrite_npz(path: Path, **changes: np.ndarray) -> None:
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update(changes)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def test_load_detects_tampering(tmp_path: Path) -> None:
+    p = _make(VARIED, "dirichlet")
+    path = tmp_path / "p.npz"
+    save_partition(p, path)
+    with np.load(path) as z:
+        idx, counts = z["indices"].copy(), z["label_counts"].copy()
+    # Move one sample between clients (swap two entries across a client boundary).
+    off = p.client_sizes[0]
+    idx[0], idx[off] = idx[off], idx[0]
+    _rewrite_npz(path, indices=idx)
+    with pytest.raises(PartitionError, match="hash mismatch"):
+        load_partition(path)
+
+    save_partition(p, path)
+    counts[0, 0] += 1
+    _rewrite_npz(path, label_counts=counts)
+    with pytest.raises(PartitionError, match="hash mismatch"):
+        load_partition(path)
+
+    save_partition(p, path)
+    meta = dict(p.meta, seed=99)
+    _rewrite_npz(path, meta_json=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    with pytest.raises(PartitionError, match="hash mismatch"):
+        load_partition(path)
+
+    save_partition(p, path)
+    side = path.with_suffix(".json")
+    side.write_text(side.read_text().replace(p.content_hash, "0" * 64))
+    with pytest.raises(PartitionError, match="do not belong together"):
+        load_partition(path)
+
+    path.write_bytes(b"not a zip")
+    with pytest.raises(PartitionError):
+        load_partition(path)
+
+
+def test_npz_has_no_timestamps(tmp_path: Path) -> None:
+    path = tmp_path / "p.npz"
+    save_partition(_make(VARIED, "iid"), path)
+    with zipfile.ZipFile(path) as zf:
+        assert all(info.date_time == (1980, 1, 1, 0, 0, 0) for info in zf.infolist())
+
+
+# ---------------------------------------------------------------- scheme statistics
+
+
+def test_iid_close_to_uniform() -> None:
+    p = _make(IMBALANCED, "iid")
+    sizes = p.client_sizes
+    assert sizes.max() - sizes.min() <= 1
+    global_share = np.bincount(IMBALANCED, minlength=C) / len(IMBALANCED)
+    shares = p.label_counts / sizes[:, None]
+    assert np.abs(shares - global_share).max() < 0.1
+
+
+def test_quantity_alpha_classes_when_sets_align() -> None:
+    for seed in range(5):
+        for alpha in (1, 2, 4):
+            p = make_partition(BALANCED, C, "quantity", {"clients": 10, "alpha": alpha}, seed)
+            # 2000 / (10*alpha) = 200, 100, 50 samples per set divides the class size 200,
+            # so no set straddles two classes -> every client holds at most alpha classes.
+            assert ((p.label_counts > 0).sum(axis=1) <= alpha).all()
+            assert (p.client_sizes == 2000 // 10).all()
+
+
+def test_quantity_straddling_and_remainder() -> None:
+    # Imbalanced data: a set may straddle a class boundary; a client holds at most
+    # (number of classes its sets touch) classes. Remainder: n=2003 with 20 sets ->
+    # the first 3 sets in label order have 101 samples, the rest 100.
+    labels = np.concatenate([IMBALANCED, np.array([9, 9, 9])])
+    p = make_partition(labels, C, "quantity", {"clients": 10, "alpha": 2}, 0)
+    assert sorted(set(p.client_sizes.tolist())) <= [200, 201, 202]
+    assert p.client_sizes.sum() == 2003 and (p.client_sizes > 200).sum() <= 3
+    assert ((p.label_counts > 0).sum(axis=1) <= 2 * 2 + 2).all()
+
+
+def test_quantity_per_label_distinct_and_balanced() -> None:
+    for labels in (VARIED, IMBALANCED):
+        for seed in range(4):
+            for clients, alpha in ((10, 2), (20, 3), (5, 10), (10, 1)):
+                p = make_partition(labels, C, "quantity_per_label", {"clients": clients, "alpha": alpha}, seed)
+                present = p.label_counts > 0
+                assert (present.sum(axis=1) == alpha).all()  # alpha distinct classes each
+                per_class = clients * alpha // C
+                assert (present.sum(axis=0) == per_class).all()  # every class used, P portions
+                class_n = np.bincount(labels, minlength=C)
+                for c in range(C):
+                    got = p.label_counts[present[:, c], c]
+                    assert got.max() - got.min() <= 1  # near-equal portions
+                    assert got.sum() == class_n[c]
+
+
+def test_quantity_per_label_assignment_varies() -> None:
+    sets = {
+        frozenset(frozenset(np.flatnonzero(row).tolist()) for row in
+                  make_partition(VARIED, C, "quantity_per_label", {"clients": 10, "alpha": 3}, s).label_counts > 0)
+        for s in range(6)
+    }
+    assert len(sets) > 1
+
+
+def test_shards_sizes() -> None:
+    for seed in range(3):
+        for m, s in ((10, 2), (20, 5), (4, 1)):
+            p = make_partition(VARIED, C, "shards", {"clients": m, "shards_per_client": s}, seed)
+            assert (p.client_sizes == s * (2000 // (m * s))).all()
+            # a shard no larger than the smallest class (180) touches at most 2 classes
+            if 2000 // (m * s) <= 180:
+                assert ((p.label_counts > 0).sum(axis=1) <= 2 * s).all()
+
+
+def test_shards_same_class_can_repeat() -> None:
+    # 10 clients x 2 shards over 10 classes of 200 -> each shard is one class; over a few
+    # seeds some client must get both halves of one class (fewer than 2 classes).
+    repeats = 0
+    for seed in range(20):
+        p = make_partition(BALANCED, C, "shards", {"clients": 10, "shards_per_client": 2}, seed)
+        repeats += int(((p.label_counts > 0).sum(axis=1) == 1).sum())
+    assert repeats > 0
+
+
+def test_dirichlet_min_size_and_concentration() -> None:
+    def mean_max_share(beta: float) -> float:
+        vals = []
+        for seed in range(4):
+            p = make_partition(VARIED, C, "dirichlet", {"clients": 10, "beta": beta, "min_size": 20}, seed)
+            assert (p.client_sizes >= 20).all()
+            vals.append((p.label_counts.max(axis=1) / p.client_sizes).mean())
+        return float(np.mean(vals))
+
+    low, high = mean_max_share(0.1), mean_max_share(10.0)
+    assert low > 0.5 and high < 0.3 and low > high + 0.3
+
+
+def test_dirichlet_defaults_recorded() -> None:
+    p = make_partition(VARIED, C, "dirichlet", {"clients": 5, "beta": 1}, 0)
+    assert p.meta["params"] == {"clients": 5, "beta": 1.0, "min_size": 10, "max_redraws": 1000}
+
+
+def test_natural_groups() -> None:
+    g = _groups(len(VARIED), k=7)
+    p = make_partition(VARIED, C, "natural", {}, 0, natural_groups=g)
+    assert p.num_clients == 7
+    for k, ix in enumerate(p.client_indices):
+        assert np.array_equal(ix, np.flatnonzero(g == k))
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("scheme", "params", "words"),
+    [
+        ("nope", {"clients": 2}, ["unknown partition scheme", "nope"]),
+        ("iid", {"clients": 2, "beta": 1.0}, ["unknown parameter", "beta"]),
+        ("dirichlet", {"clients": 2}, ["missing", "beta"]),
+        ("iid", {"clients": 0}, ["clients", ">= 1"]),
+        ("iid", {"clients": 2.5}, ["clients", "integer"]),
+        ("iid", {"clients": 2001}, ["more clients", "2000"]),
+        ("dirichlet", {"clients": 5, "beta": 0.0}, ["beta", "> 0"]),
+        ("dirichlet", {"clients": 5, "beta": -1}, ["beta", "> 0"]),
+        ("dirichlet", {"clients": 100, "beta": 1.0, "min_size": 30}, ["min_size", "fewer clients"]),
+        ("quantity", {"clients": 5, "alpha": 0}, ["alpha", "num_classes=10"]),
+        ("quantity", {"clients": 5, "alpha": 11}, ["alpha", "num_classes=10"]),
+        ("quantity_per_label", {"clients": 5, "alpha": 11}, ["alpha"]),
+        ("quantity_per_label", {"clients": 7, "alpha": 2}, ["divisible", "num_classes=10"]),
+        ("shards", {"clients": 5, "shards_per_client": 0}, ["shards_per_client", ">= 1"]),
+        ("shards", {"clients": 1000, "shards_per_client": 3}, ["shards", "exceed"]),
+        ("natural", {}, ["natural_groups"]),
+    ],
+)
+def test_invalid_requests(scheme: str, params: dict, words: list[str]) -> None:
+    with pytest.raises(PartitionError) as err:
+        make_partition(VARIED, C, scheme, params, 0, dataset="toy")
+    msg = str(err.value)
+    for w in words:
+        assert w in msg
+    if scheme != "nope":
+        assert "n=2000" in msg
+
+
+def test_dirichlet_gives_up_with_advice() -> None:
+    with pytest.raises(PartitionError) as err:
+        make_partition(IMBALANCED, C, "dirichlet",
+                       {"clients": 50, "beta": 0.01, "min_size": 35, "max_redraws": 3}, 0, dataset="toy")
+    msg = str(err.value)
+    for w in ("beta=0.01", "m=50", "n=2000", "'toy'", "larger beta", "fewer clients", "smaller min_size"):
+        assert w in msg
+
+
+def test_bad_labels_and_natural_groups() -> None:
+    with pytest.raises(PartitionError, match="labels must lie"):
+        make_partition(np.array([0, 1, 10]), C, "iid", {"clients": 1}, 0)
+    with pytest.raises(PartitionError, match="integers"):
+        make_partition(np.array([0.0, 1.0]), C, "iid", {"clients": 1}, 0)
+    with pytest.raises(PartitionError, match="empty"):
+        make_partition(np.array([0, 1, 2]), C, "natural", {}, 0, natural_groups=np.array([0, 2, 2]))
+    with pytest.raises(PartitionError, match="fewer samples"):
+        make_partition(IMBALANCED, C, "quantity_per_label", {"clients": 250, "alpha": 1}, 0)
+    with pytest.raises(PartitionError, match="seed"):
+        make_partition(VARIED, C, "iid", {"clients": 2}, -1)
+
+
+# ---------------------------------------------------------------- figure
+
+
+def test_heatmap_png(tmp_path: Path) -> None:
+    small = make_partition(VARIED, C, "quantity", {"clients": 5, "alpha": 4}, 0, dataset="toy")
+    out = tmp_path / "fig" / "small.png"
+    plot_heatmap(small, out)
+    data = out.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 1000
+    big_labels = _labels_from_counts([40] * 100, seed=0)
+    big = make_partition(big_labels, 100, "dirichlet", {"clients": 60, "beta": 0.3, "min_size": 1}, 0)
+    out2 = tmp_path / "big.png"
+    plot_heatmap(big, out2, title="big")
+    assert out2.stat().st_size > 1000
+    assert not list(tmp_path.rglob("*.tmp"))
