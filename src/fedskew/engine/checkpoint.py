@@ -15,8 +15,11 @@ def save_checkpoint(directory: Path, payload: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / CHECKPOINT_NAME
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if writing failed; the old checkpoint stays valid
     return path
 
 

@@ -1,0 +1,99 @@
+"""The whole DAG through the `snakemake` command, on a tiny suite in a temporary copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import REPO, venv_bin
+
+pytestmark = pytest.mark.slow
+
+
+def make_copy(tmp_path: Path, params: dict) -> Path:
+    """A fresh checkout-like folder: code, workflow and the given params.yaml."""
+    root = tmp_path / "project"
+    root.mkdir()
+    for item in ("src", "workflow"):
+        shutil.copytree(REPO / item, root / item, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return root
+
+
+def run(cmd: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(cwd / "src"), **env}
+    environment.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(cmd, cwd=cwd, env=environment, capture_output=True, text=True, timeout=900)
+
+
+def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_path, tiny_params):
+    tiny_params["suites"]["tiny"]["methods"] = ["fedavg", "fedprox", "fedlc"]
+    root = make_copy(tmp_path, tiny_params)
+    # 4 cores, 1 thread per training job: four training jobs write to one MLflow store at once.
+    result = run([venv_bin("snakemake"), "--cores", "4"], root)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    expected_runs = 2 * 3 * 2  # partitions x methods x seeds
+    metrics = sorted((root / "results/runs/tiny").glob("digits/*/*/seed*/metrics.json"))
+    assert len(metrics) == expected_runs
+    for path in metrics:
+        for name in ("config.yaml", "history.csv"):
+            assert (path.parent / name).exists()
+        assert 0.0 <= json.loads(path.read_text())["final_acc"] <= 1.0
+    assert len(list((root / "data/partitions/digits").glob("*/seed*.npz"))) == 2 * 2
+    assert len(list((root / "data/partitions/digits").glob("*/seed*.png"))) == 2 * 2
+
+    table = (root / "results/tables/tiny.md").read_text()
+    for method in ("fedavg", "fedprox", "fedlc"):
+        assert f"| {method} |" in table
+    assert "digits / dir0.5" in table and "(n=2)" in table
+    csv = pd.read_csv(root / "results/tables/tiny.csv")
+    assert len(csv) == 2 * 3 and set(csv["seeds"]) == {2}
+    assert any("best_round" in column and "not reported" in column for column in csv.columns)
+    assert (root / "results/tables/tiny.tex").read_text().startswith("% fedskew suite tiny")
+    assert sorted(p.name for p in (root / "results/figures/tiny").glob("*.png")) == [
+        "digits_dir0.5.png", "digits_q2.png"]
+
+    # Every run and every metric point reached the one SQLite store.
+    from fedskew.track import count_runs, tracking_uri
+
+    uri = tracking_uri(root)
+    assert count_runs(uri, "fedskew/tiny") == expected_runs
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    experiment = client.get_experiment_by_name("fedskew/tiny")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    rounds = tiny_params["training"]["tiny"]["rounds"]
+    for mlflow_run in runs:
+        assert mlflow_run.info.status == "FINISHED"
+        assert len(client.get_metric_history(mlflow_run.info.run_id, "train_loss")) == rounds
+        evaluated = client.get_metric_history(mlflow_run.info.run_id, "test_acc")
+        assert [m.step for m in evaluated] == [2, 4]
+        tags = mlflow_run.data.tags
+        assert {"git.commit", "git.dirty", "fedskew.config_hash", "fedskew.partition_hash"} <= set(tags)
+        assert mlflow_run.data.params["training.lr"] == "0.05"
+        artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id)}
+        assert {"history.csv", "metrics.json", "config.yaml"} <= artifacts
+        assert any(a.endswith(".png") for a in artifacts)
+
+    # Nothing left to do: a second invocation runs no job.
+    again = run([venv_bin("snakemake"), "--cores", "2", "-n"], root)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_invalid_params_fail_before_any_job_runs(tmp_path, tiny_params):
+    tiny_params["partitions"]["dir0.5"]["beta"] = 0
+    root = make_copy(tmp_path, tiny_params)
+    result = run([venv_bin("snakemake"), "--cores", "1"], root)
+    assert result.returncode != 0
+    assert "partitions.dir0.5.beta" in result.stderr and "> 0" in result.stderr
+    assert not (root / "data").exists() and not (root / "results").exists()

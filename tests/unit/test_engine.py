@@ -1,0 +1,370 @@
+"""The simulation engine: sampling, order independence, determinism, resume, NaN guard,
+evaluation, communication accounting and checkpoints.
+
+Expected values are derived by hand (literals, math) or from a second, independent run;
+never by re-running the function under test on the same input and calling that "expected".
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedskew import paths
+from fedskew.cli import write_run_files
+from fedskew.config import load_params
+from fedskew.data.registry import DatasetInfo
+from fedskew.engine.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from fedskew.engine.evaluate import evaluate
+from fedskew.engine.sampling import client_seed, clients_per_round, sampling_schedule
+from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, train_client
+from fedskew.fl import ALGORITHMS
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings, weighted_average
+from fedskew.models import build_model
+
+METHODS = ["fedavg", "fedprox", "fedlc"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models: one thread is fastest and immune to a busy machine (run_training sets it too)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def tiny_params(tiny_params):
+    """One partition and one seed (faster `project` set-up); every method in the suite."""
+    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
+    tiny_params["suites"]["tiny"]["seeds"] = [0]
+    tiny_params["suites"]["tiny"]["methods"] = list(METHODS)
+    return tiny_params
+
+
+def _cfg(tiny_params: dict, method: str = "fedavg", **training):
+    """The tiny digits/dir0.5 run (4 clients, 2 per round, 4 rounds, eval and checkpoint every 2)."""
+    params = copy.deepcopy(tiny_params)
+    params["training"]["tiny"].update(training)
+    return load_params(params).run("tiny", "digits", "dir0.5", method, 0)
+
+
+def _canonical(history: list[dict]) -> str:
+    """Exact comparison that also treats NaN == NaN (json writes floats with full precision)."""
+    return json.dumps(history, sort_keys=True)
+
+
+def _clear_results(root: Path = Path(".")) -> None:
+    shutil.rmtree(root / "results", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- sampling
+
+def test_sampling_schedule_shape_range_and_distinct_clients() -> None:
+    schedule = np.asarray(sampling_schedule(seed=3, num_clients=10, per_round=4, rounds=25))
+    assert schedule.shape == (25, 4)
+    assert schedule.min() >= 0 and schedule.max() <= 9
+    for row in schedule:
+        assert len(set(row.tolist())) == 4  # without replacement within a round
+    # over 25 rounds of 4 out of 10, every client is drawn at some point
+    assert set(schedule.ravel().tolist()) == set(range(10))
+
+
+def test_sampling_schedule_full_participation_takes_everyone() -> None:
+    schedule = np.asarray(sampling_schedule(0, 5, 5, 3))
+    assert [sorted(row.tolist()) for row in schedule] == [[0, 1, 2, 3, 4]] * 3
+
+
+def test_sampling_schedule_depends_on_seed_only() -> None:
+    a = np.asarray(sampling_schedule(7, 20, 5, 30))
+    b = np.asarray(sampling_schedule(7, 20, 5, 30))
+    c = np.asarray(sampling_schedule(8, 20, 5, 30))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # The schedule cannot depend on the method: the function has no method input at all,
+    # so every method of a seed sees the same clients in the same rounds.
+    assert list(inspect.signature(sampling_schedule).parameters) == ["seed", "num_clients", "per_round", "rounds"]
+
+
+def test_sampling_schedule_prefix_is_stable_in_rounds() -> None:
+    """A longer run starts with the same rounds as a shorter one (draws are sequential per round)."""
+    short = np.asarray(sampling_schedule(1, 10, 3, 5))
+    long = np.asarray(sampling_schedule(1, 10, 3, 12))
+    assert np.array_equal(long[:5], short)
+
+
+def test_clients_per_round_by_hand() -> None:
+    assert clients_per_round(4, 0.5) == 2
+    assert clients_per_round(100, 0.1) == 10
+    assert clients_per_round(10, 1.0) == 10
+    assert clients_per_round(3, 0.1) == 1  # at least one client
+
+
+def test_client_seeds_differ_per_round_and_client_and_repeat() -> None:
+    seeds = {client_seed(0, r, c) for r in range(1, 6) for c in range(10)}
+    assert len(seeds) == 50
+    assert client_seed(0, 3, 4) == client_seed(0, 3, 4)
+    assert client_seed(0, 3, 4) != client_seed(1, 3, 4)
+    assert all(0 <= s < 2 ** 63 for s in seeds)
+
+
+# --------------------------------------------------------------------------- order independence
+
+DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
+
+
+def _train_round(method: str, order: list[int], client_indices: dict[int, torch.Tensor], x, y,
+                 global_state: dict, seed: int = 5, round_: int = 3) -> dict[int, object]:
+    settings = TrainingSettings(local_epochs=2, batch_size=16, lr=0.05, momentum=0.9, weight_decay=1e-4)
+    algorithm = ALGORITHMS[method](settings, num_clients=len(client_indices), num_classes=10)
+    torch.manual_seed(999)
+    model = build_model("mlp", DIGITS_INFO)  # a different object; its state is replaced per client
+    updates = {}
+    for cid in order:
+        s = client_seed(seed, round_, cid)
+        torch.manual_seed(s)
+        idx = client_indices[cid]
+        client = ClientContext(cid, round_, idx, torch.bincount(y[idx], minlength=10), torch.Generator().manual_seed(s))
+        updates[cid] = train_client(algorithm, model, global_state, x, y, client, "run-order")
+    return updates
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_round_result_does_not_depend_on_client_order(method) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(120, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (120,), generator=g)
+    client_indices = {0: torch.arange(0, 40), 1: torch.arange(40, 90), 2: torch.arange(90, 120)}
+    torch.manual_seed(1)
+    global_state = {k: v.clone() for k, v in build_model("mlp", DIGITS_INFO).state_dict().items()}
+
+    forward = _train_round(method, [0, 1, 2], client_indices, x, y, global_state)
+    backward = _train_round(method, [2, 1, 0], client_indices, x, y, global_state)
+    # Per-client updates: each is computed from the same state, data order and generator,
+    # so they must be bit-identical (torch.equal).
+    for cid in (0, 1, 2):
+        assert forward[cid].num_samples == backward[cid].num_samples == len(client_indices[cid])
+        assert forward[cid].train_loss == backward[cid].train_loss
+        for key in global_state:
+            assert torch.equal(forward[cid].state[key], backward[cid].state[key]), (cid, key)
+    # The averages add the clients in the order they were trained; float addition is not
+    # associative, so the two sums may differ in the last bits: compare with atol 1e-6.
+    avg_f = weighted_average([forward[c].state for c in (0, 1, 2)], [forward[c].num_samples for c in (0, 1, 2)])
+    avg_b = weighted_average([backward[c].state for c in (2, 1, 0)], [backward[c].num_samples for c in (2, 1, 0)])
+    for key in global_state:
+        assert torch.allclose(avg_f[key], avg_b[key], rtol=0, atol=1e-6), key
+    # and training did something
+    assert any(not torch.equal(avg_f[k], global_state[k]) for k in global_state)
+
+
+# --------------------------------------------------------------------------- determinism and resume
+
+@pytest.mark.parametrize("method", METHODS)
+def test_run_training_is_deterministic(project, tiny_params, method) -> None:
+    cfg = _cfg(tiny_params, method)
+    first = run_training(cfg)
+    _clear_results()
+    second = run_training(cfg)
+    assert first.resumed_from == second.resumed_from == 0
+    assert len(first.history) == 4
+    assert _canonical(first.history) == _canonical(second.history)
+    assert first.final == second.final
+
+
+def test_cli_run_files_are_byte_identical(project, tiny_params) -> None:
+    cfg = _cfg(tiny_params, "fedlc")
+    contents = []
+    for _ in range(2):
+        _clear_results()
+        result = run_training(cfg)
+        files = write_run_files(cfg, result.history, result.final)
+        assert [f.name for f in files] == ["config.yaml", "history.csv", "metrics.json"]
+        contents.append({name: (Path(cfg.path(template))).read_bytes()
+                         for name, template in (("metrics", paths.RUN_METRICS), ("history", paths.RUN_HISTORY))})
+        # atomic writes leave no temporary files beside the results
+        run_dir = Path(cfg.path(paths.RUN_DIR))
+        assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "history.csv", "metrics.json"]
+    assert contents[0]["metrics"] == contents[1]["metrics"]
+    assert contents[0]["history"] == contents[1]["history"]
+    metrics = json.loads(contents[0]["metrics"])
+    assert metrics["run_id"] == cfg.run_id and metrics["final_round"] == 4
+    assert contents[0]["history"].decode().count("\n") == 1 + 4  # header + one row per round
+
+
+@pytest.mark.parametrize("method, stop", [("fedavg", 2), ("fedprox", 2), ("fedlc", 2), ("fedavg", 3), ("fedavg", 1)])
+def test_resume_gives_the_uninterrupted_history(project, tiny_params, method, stop) -> None:
+    cfg = _cfg(tiny_params, method)
+    assert cfg.training["rounds"] == 4 and cfg.training["checkpoint_every"] == 2
+    uninterrupted = run_training(cfg)
+    _clear_results()
+
+    with pytest.raises(RunStopped):
+        run_training(cfg, stop_after_round=stop)
+    checkpoint = load_checkpoint(Path(cfg.path(paths.CHECKPOINT_DIR)), cfg.run_id)
+    assert checkpoint is not None and checkpoint["round"] == stop
+    assert [row["round"] for row in checkpoint["history"]] == list(range(1, stop + 1))
+
+    resumed = run_training(cfg)
+    assert resumed.resumed_from == stop
+    assert _canonical(resumed.history) == _canonical(uninterrupted.history)
+    assert resumed.final == uninterrupted.final
+
+
+def test_checkpoint_of_another_config_is_ignored(project, tiny_params) -> None:
+    cfg = _cfg(tiny_params, "fedavg", lr=0.05)
+    other = _cfg(tiny_params, "fedavg", lr=0.1)
+    assert other.run_id != cfg.run_id
+    assert cfg.path(paths.CHECKPOINT_DIR) == other.path(paths.CHECKPOINT_DIR)  # same folder, other run
+    with pytest.raises(RunStopped):
+        run_training(cfg, stop_after_round=2)
+    result = run_training(other)
+    assert result.resumed_from == 0
+    assert [row["round"] for row in result.history] == [1, 2, 3, 4]
+    # and it is the run lr=0.1 gives from scratch, not a continuation of the lr=0.05 one
+    _clear_results()
+    fresh = run_training(other)
+    assert _canonical(fresh.history) == _canonical(result.history)
+
+
+# --------------------------------------------------------------------------- NaN guard
+
+def _assert_names_run_round_client(message: str, run_id: str) -> None:
+    assert run_id in message
+    assert "round" in message
+    assert "client" in message
+
+
+def test_huge_learning_rate_raises_non_finite_error(project, tiny_params) -> None:
+    cfg = _cfg(tiny_params, "fedavg", lr=1e6)
+    with pytest.raises(NonFiniteError) as info:
+        run_training(cfg)
+    _assert_names_run_round_client(str(info.value), cfg.run_id)
+
+
+def test_nan_loss_raises_non_finite_error_naming_the_client(project, tiny_params, monkeypatch) -> None:
+    def nan_loss(self, logits, features, y, client):
+        return logits.sum() * float("nan")
+
+    monkeypatch.setattr(FederatedAlgorithm, "local_loss", nan_loss)
+    cfg = _cfg(tiny_params, "fedavg")
+    with pytest.raises(NonFiniteError) as info:
+        run_training(cfg)
+    message = str(info.value)
+    _assert_names_run_round_client(message, cfg.run_id)
+    assert "round 1" in message
+    # 4 clients, 2 per round: the named client is one of round 1's sampled clients
+    round_one = np.asarray(sampling_schedule(0, 4, 2, 4))[0].tolist()
+    assert any(f"client {c}" in message for c in round_one), message
+
+
+# --------------------------------------------------------------------------- evaluate
+
+class Logits(nn.Module):
+    """A 'model' whose outputs are its inputs: the logits are chosen by hand."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+
+EVAL_LOGITS = [
+    [2.0, 0.0, 0.0, 0.0],  # y=0, predicts 0: right
+    [0.0, 1.0, 0.0, 0.0],  # y=0, predicts 1: wrong
+    [0.0, 3.0, 0.0, 0.0],  # y=1, predicts 1: right
+    [1.0, 2.0, 0.0, 0.0],  # y=1, predicts 1: right
+    [0.0, 0.0, 0.0, 1.0],  # y=1, predicts 3 (a class absent from y): wrong
+    [0.0, 0.0, 1.0, 0.0],  # y=2, predicts 2: right
+]
+EVAL_Y = [0, 0, 1, 1, 1, 2]
+
+
+@pytest.mark.parametrize("batch_size", [2048, 4, 1])
+def test_evaluate_matches_hand_metrics(batch_size) -> None:
+    model = Logits().train()
+    out = evaluate(model, torch.tensor(EVAL_LOGITS), torch.tensor(EVAL_Y), num_classes=4, batch_size=batch_size)
+    assert out["acc"] == pytest.approx(4 / 6, abs=1e-12)
+    # recalls: class 0: 1/2, class 1: 2/3, class 2: 1/1; class 3 is absent from y
+    assert out["balanced_acc"] == pytest.approx((1 / 2 + 2 / 3 + 1) / 3, abs=1e-12)
+    per_class = out["per_class_acc"]
+    assert len(per_class) == 4
+    assert per_class[:3] == pytest.approx([0.5, 2 / 3, 1.0], abs=1e-12)
+    assert math.isnan(per_class[3])
+    expected_loss = sum(-row[t] + math.log(sum(math.exp(z) for z in row)) for row, t in zip(EVAL_LOGITS, EVAL_Y)) / 6
+    assert out["loss"] == pytest.approx(expected_loss, abs=1e-6)
+    assert model.training  # the mode is restored
+
+
+def test_evaluate_restores_eval_mode() -> None:
+    model = Logits().eval()
+    evaluate(model, torch.tensor(EVAL_LOGITS), torch.tensor(EVAL_Y), num_classes=4)
+    assert not model.training
+
+
+# --------------------------------------------------------------------------- communication
+
+def test_bytes_up_and_down_count_the_model_state(project, tiny_params) -> None:
+    cfg = _cfg(tiny_params, "fedavg")
+    assert cfg.training["model"] == "mlp"
+    # mlp on 8x8 digits: fc1 64*200 + 200, fc2 200*200 + 200, head 200*10 + 10 parameters
+    params = (64 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10)
+    assert params == 55210
+    model_bytes = params * 4  # float32
+    per_round = 2 * model_bytes  # 4 clients at participation 0.5: 2 per round
+    result = run_training(cfg)
+    assert len(result.history) == 4
+    for row in result.history:
+        assert row["clients"] == 2
+        assert row["bytes_up"] == per_round == 441680
+        assert row["bytes_down"] == per_round
+    assert result.final["total_bytes_up"] == 4 * per_round
+    assert result.final["total_bytes_down"] == 4 * per_round
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+def test_run_checkpoints_leave_no_temporary_files(project, tiny_params) -> None:
+    cfg = _cfg(tiny_params, "fedprox")
+    with pytest.raises(RunStopped):
+        run_training(cfg, stop_after_round=2)
+    directory = Path(cfg.path(paths.CHECKPOINT_DIR))
+    assert [p.name for p in directory.iterdir()] == [CHECKPOINT_NAME]
+    run_training(cfg)
+    assert [p.name for p in directory.iterdir()] == [CHECKPOINT_NAME]
+    assert load_checkpoint(directory, cfg.run_id)["round"] == 4
+
+
+def test_load_checkpoint_checks_run_id(tmp_path) -> None:
+    assert load_checkpoint(tmp_path / "absent", "abc") is None
+    payload = {"run_id": "abc", "round": 3, "global_state": {"w": torch.tensor([1.0, 2.0])},
+               "algorithm_state": {}, "history": [{"round": 1}]}
+    path = save_checkpoint(tmp_path / "ck", payload)
+    assert path == tmp_path / "ck" / CHECKPOINT_NAME
+    assert [p.name for p in (tmp_path / "ck").iterdir()] == [CHECKPOINT_NAME]
+    assert load_checkpoint(tmp_path / "ck", "other-run") is None
+    loaded = load_checkpoint(tmp_path / "ck", "abc")
+    assert loaded["round"] == 3 and loaded["history"] == [{"round": 1}]
+    assert torch.equal(loaded["global_state"]["w"], torch.tensor([1.0, 2.0]))
+
+
+def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch) -> None:
+    save_checkpoint(tmp_path, {"run_id": "abc", "round": 2})
+    real_save = torch.save
+
+    def crash_midway(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash_midway)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, {"run_id": "abc", "round": 4})
+    monkeypatch.setattr(torch, "save", real_save)
+    assert load_checkpoint(tmp_path, "abc")["round"] == 2

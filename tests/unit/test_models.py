@@ -1,0 +1,120 @@
+"""Model registry: every model builds for the shapes it supports, runs forward and backward,
+splits into body + head, and refuses datasets it cannot handle with a clear message."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedskew.data.registry import DatasetInfo
+from fedskew.models import MODELS, build_model, incompatibility
+
+DIGITS = DatasetInfo((1, 8, 8), 10, True, False)
+VECTOR = DatasetInfo((60,), 10, False, True)
+CIFAR_LIKE = DatasetInfo((3, 32, 32), 100, True, False)
+INFOS = {"digits": DIGITS, "vector": VECTOR, "cifar_like": CIFAR_LIKE}
+
+# Which (model, dataset) pairs must work, decided by hand: cnn needs images.
+SUPPORTED = {
+    ("logreg", "digits"), ("logreg", "vector"), ("logreg", "cifar_like"),
+    ("mlp", "digits"), ("mlp", "vector"), ("mlp", "cifar_like"),
+    ("cnn", "digits"), ("cnn", "cifar_like"),
+}
+
+# Parameter counts by hand.
+PARAM_COUNTS = {
+    ("logreg", "digits"): 64 * 10 + 10,
+    ("logreg", "vector"): 60 * 10 + 10,
+    ("mlp", "digits"): (64 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10),
+    ("mlp", "vector"): (60 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10),
+    # conv1 1->16 3x3, conv2 16->32 3x3, fc1 32*4*4 -> 128, head 128 -> 10
+    ("cnn", "digits"): (1 * 16 * 9 + 16) + (16 * 32 * 9 + 32) + (32 * 4 * 4 * 128 + 128) + (128 * 10 + 10),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_registry_has_the_expected_models() -> None:
+    assert {"logreg", "mlp", "cnn"} <= set(MODELS)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("dataset", sorted(INFOS))
+def test_compatibility_matches_expectation(name, dataset) -> None:
+    problem = incompatibility(name, INFOS[dataset])
+    if (name, dataset) in SUPPORTED:
+        assert problem is None
+    else:
+        assert problem is not None and "image" in problem
+
+
+@pytest.mark.parametrize("name, dataset", sorted(SUPPORTED))
+def test_model_forward_backward_and_split(name, dataset) -> None:
+    info = INFOS[dataset]
+    torch.manual_seed(0)
+    model = build_model(name, info)
+    if (name, dataset) in PARAM_COUNTS:
+        assert sum(p.numel() for p in model.parameters()) == PARAM_COUNTS[(name, dataset)]
+
+    batch = 5
+    x = torch.randn(batch, *info.input_shape)
+    logits = model(x)
+    assert logits.shape == (batch, info.num_classes)
+    assert torch.isfinite(logits).all()
+
+    # the model is its body followed by its linear head
+    features = model.body(x)
+    assert features.ndim == 2 and features.shape[0] == batch
+    assert torch.equal(model.head(features), logits)
+    assert isinstance(model.head, torch.nn.Linear)
+    assert model.head.out_features == info.num_classes
+
+    # backward reaches every parameter
+    torch.nn.functional.cross_entropy(logits, torch.arange(batch) % info.num_classes).backward()
+    for pname, param in model.named_parameters():
+        assert param.grad is not None, pname
+        assert torch.isfinite(param.grad).all(), pname
+    assert model.head.weight.grad.abs().sum() > 0
+
+    # split points are stage names of the body, and cutting there composes to the body
+    stages = [stage for stage, _ in model.body.named_children()]
+    assert set(model.split_points) <= set(stages)
+    for point in model.split_points:
+        cut = stages.index(point) + 1
+        client_part, server_part = model.body[:cut], model.body[cut:]
+        assert torch.equal(server_part(client_part(x)), features), point
+
+
+def test_batch_of_one_works() -> None:
+    for name in ("logreg", "mlp", "cnn"):
+        model = build_model(name, DIGITS)
+        assert model(torch.randn(1, 1, 8, 8)).shape == (1, 10)
+
+
+def test_cnn_on_vectors_is_refused_with_a_clear_message() -> None:
+    message = incompatibility("cnn", VECTOR)
+    assert message is not None
+    assert "image" in message and "cnn" in message
+    with pytest.raises(ValueError, match="image"):
+        build_model("cnn", VECTOR)
+
+
+def test_unknown_model_is_refused() -> None:
+    message = incompatibility("resnet9000", DIGITS)
+    assert message is not None and "resnet9000" in message
+    with pytest.raises(ValueError, match="resnet9000"):
+        build_model("resnet9000", DIGITS)
+
+
+def test_models_are_deterministic_under_a_seed() -> None:
+    torch.manual_seed(42)
+    a = build_model("cnn", DIGITS).state_dict()
+    torch.manual_seed(42)
+    b = build_model("cnn", DIGITS).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
