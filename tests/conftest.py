@@ -21,7 +21,7 @@ TINY_PARAMS = {
     },
     "partitions": {
         "dir0.5": {"scheme": "dirichlet", "beta": 0.5, "clients": 4, "min_size": 5},
-        "q2": {"scheme": "quantity", "alpha": 2, "clients": 4},
+        "q2": {"scheme": "quantity", "alpha": 2, "clients": 5},
         "natural": {"scheme": "natural"},
     },
     "methods": {

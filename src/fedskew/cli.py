@@ -99,7 +99,8 @@ def cmd_train(params: Params, args: argparse.Namespace) -> None:
         _track(cfg, checkpoint["history"] if checkpoint else [], [], "FAILED", {"fedskew.error": str(error)})
         raise
     files = write_run_files(cfg, result.history, result.final)
-    _track(cfg, result.history, files, "FINISHED", {"fedskew.resumed_from_round": str(result.resumed_from)})
+    _track(cfg, result.history, files, "FINISHED", {"fedskew.resumed_from_round": str(result.resumed_from),
+                                                    "fedskew.threads": str(args.threads or cfg.training["threads"])})
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
 
 

@@ -123,8 +123,14 @@ class RunConfig:
 
     @cached_property
     def run_id(self) -> str:
-        """sha256 of everything that determines the run's results (the suite name does not)."""
+        """sha256 of everything that determines the run's results.
+
+        Left out: the suite name (two suites sharing a run share its id) and
+        `training.threads`, an execution setting that a cluster profile may override
+        (the count actually used is recorded with the run in MLflow).
+        """
         content = {k: v for k, v in self.to_dict().items() if k != "suite"}
+        content["training"] = {k: v for k, v in self.training.items() if k != "threads"}
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
     @property

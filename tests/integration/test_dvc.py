@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import json
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,6 @@ pytestmark = pytest.mark.slow
 def stale_stages(root: Path) -> set[str]:
     result = run([venv_bin("dvc"), "status", "--json"], root)
     assert result.returncode == 0, result.stderr
-    import json
-
     return set(json.loads(result.stdout or "{}"))
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -29,7 +30,9 @@ def make_copy(tmp_path: Path, params: dict) -> Path:
 
 
 def run(cmd: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(cwd / "src"), **env}
+    # As in an activated environment: dvc's stage commands find `snakemake` on PATH.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    environment = {**os.environ, "PYTHONPATH": str(cwd / "src"), "PATH": path, **env}
     environment.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run(cmd, cwd=cwd, env=environment, capture_output=True, text=True, timeout=900)
 

@@ -34,15 +34,6 @@ from fedskew.models import build_model
 METHODS = ["fedavg", "fedprox", "fedlc"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is fastest and immune to a busy machine (run_training sets it too)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def tiny_params(tiny_params):
     """One partition and one seed (faster `project` set-up); every method in the suite."""

@@ -30,15 +30,6 @@ METHODS = ["fedavg", "fedprox", "fedlc"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is fastest and immune to a busy machine (run_training sets it too)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _client(label_counts, indices=None, client_id: int = 0, seed: int = 0) -> ClientContext:
     counts = torch.as_tensor(label_counts, dtype=torch.int64)
     if indices is None:

@@ -32,14 +32,6 @@ PARAM_COUNTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_registry_has_the_expected_models() -> None:
     assert {"logreg", "mlp", "cnn"} <= set(MODELS)
 

@@ -9,16 +9,16 @@ Schemes (``m`` clients, ``C`` classes, ``n`` samples):
   class's shuffled indices are split at ``cumsum(p)``. The whole draw is repeated until
   every client holds ``>= min_size`` samples: one initial draw plus at most
   ``max_redraws`` redraws, then :class:`PartitionError`.
-* ``quantity`` Q(alpha) (clients, alpha): FedLC §5.1. Shuffle within each class, sort by
-  label, cut into ``m * alpha`` contiguous sets and hand ``alpha`` random sets to each
-  client; no sample is shared. This is FedLC's scheme as written, with two consequences:
-  a client can receive two sets of the same class and then holds fewer than ``alpha``
-  classes; and when the set size ``n / (m * alpha)`` does not divide every class size
-  (imbalanced data) a set can straddle a class boundary, so a client can touch more than
-  ``alpha`` classes (the bound ``<= alpha`` holds when the set size divides every class
-  size, e.g. CIFAR-10 with 20 clients and alpha = 2: sets of 1250, classes of 5000). When ``n`` is not divisible by ``m * alpha`` the
-  remainder ``r`` is spread deterministically: the first ``r`` sets in label-sorted order
-  get one extra sample (``np.array_split``), so set sizes differ by at most one.
+* ``quantity`` Q(alpha) (clients, alpha): FedLC §5.1. Cut the label-sorted data into
+  ``m * alpha`` sets of about ``n / (m * alpha)`` samples and hand ``alpha`` random sets to
+  each client; no sample is shared. FedLC cuts the sorted array at equal offsets, which
+  on imbalanced data lets a set straddle two classes (a client could then hold more than
+  ``alpha`` classes). We cut *within* classes instead: class ``c`` gets ``s_c`` sets, with
+  ``s_c >= 1`` and ``s_c`` proportional to its size (largest remainder), and its shuffled
+  indices are split into ``s_c`` near-equal sets. Every set holds one class, so every
+  client holds at most ``alpha`` classes (fewer when it draws two sets of one class, as in
+  FedLC). On balanced data whose set size divides the class size (CIFAR-10, 20 clients,
+  alpha = 2) this is exactly FedLC's cut. Needs ``m * alpha >= C`` (every class in a set).
 * ``quantity_per_label`` (clients, alpha): SCALA's variant. Each class's shuffled data is
   split into ``P = m * alpha / C`` near-equal portions (requires ``C | m * alpha``); every
   client receives ``alpha`` portions of ``alpha`` *distinct* classes and every class hands
@@ -203,6 +203,12 @@ def _validate(
             raise PartitionError(
                 f"alpha must be in [1, num_classes={num_classes}], got {a} {ctx}"
             )
+        present = int((class_counts > 0).sum())
+        if scheme == "quantity" and p["clients"] * a < present:
+            raise PartitionError(
+                f"clients*alpha = {p['clients'] * a} single-class sets cannot cover the {present} "
+                f"classes present; use more clients or a larger alpha {ctx}"
+            )
         if scheme == "quantity" and p["clients"] * a > n:
             raise PartitionError(
                 f"clients*alpha = {p['clients'] * a} sets exceed the {n} samples (a set would be "
@@ -325,11 +331,34 @@ def _deal_sets(sets: list[np.ndarray], m: int, per_client: int,
     ]
 
 
+def _class_pure_sets(labels: np.ndarray, num_classes: int, num_sets: int,
+                     rng: np.random.Generator) -> list[np.ndarray]:
+    """``num_sets`` near-equal sets, each from one class; set counts per class ∝ class size.
+
+    Every non-empty class gets at least one set; the remaining sets go by largest
+    remainder of ``num_sets * n_c / n`` (ties to the smaller class index).
+    """
+    by_class = _class_indices(labels, num_classes, rng)
+    sizes = np.array([len(ix) for ix in by_class], dtype=np.int64)
+    present = sizes > 0
+    counts = present.astype(np.int64)
+    spare = num_sets - int(counts.sum())
+    quota = spare * sizes / sizes.sum()
+    counts += np.floor(quota).astype(np.int64)
+    leftover = num_sets - int(counts.sum())
+    order = np.lexsort((np.arange(num_classes), -(quota - np.floor(quota))))
+    counts[order[:leftover]] += 1
+    counts = np.minimum(counts, sizes)  # a class cannot give more sets than samples
+    while counts.sum() < num_sets:  # only for tiny classes: move sets to the largest ones
+        counts[np.argmax(sizes / np.maximum(counts, 1))] += 1
+    return [part for ix, k in zip(by_class, counts) if k for part in np.array_split(ix, k)]
+
+
 def _quantity(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,
               natural_groups: np.ndarray | None = None, dataset: str = "") -> list[np.ndarray]:
-    """FedLC's Q(alpha): m*alpha label-sorted sets, alpha random sets per client."""
+    """FedLC's Q(alpha): m*alpha single-class sets, alpha random sets per client."""
     m, a = params["clients"], params["alpha"]
-    return _deal_sets(_sorted_sets(labels, num_classes, m * a, rng), m, a, rng)
+    return _deal_sets(_class_pure_sets(labels, num_classes, m * a, rng), m, a, rng)
 
 
 def _shards(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,
