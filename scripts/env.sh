@@ -28,7 +28,10 @@ env_home=${FEDSKEW_ENV_HOME:-$HOME/.cache/fedskew/envs}
 shared="$env_home/$hash"
 thin="$root/.venv"
 
-if [ -f "$thin/fedskew-env" ] && [ "$(cat "$thin/fedskew-env")" = "$shared" ] && [ -f "$shared/.complete" ]; then
+# Up to date: the thin .venv points at this lock file's environment, from this folder
+# (a moved clone gets a new .venv: its scripts hold absolute paths).
+stamp="$shared $root"
+if [ -f "$thin/fedskew-env" ] && [ "$(cat "$thin/fedskew-env")" = "$stamp" ] && [ -f "$shared/.complete" ]; then
   touch "$shared/.complete"   # records last use, for pruning
   exit 0
 fi
@@ -66,7 +69,7 @@ for script in "$shared"/bin/*; do
     chmod +x "$thin/bin/$name"
   fi
 done
-echo "$shared" > "$thin/fedskew-env"
+echo "$stamp" > "$thin/fedskew-env"
 touch "$shared/.complete"
 
 # Prune shared environments of other lock files unused for 14 days.
