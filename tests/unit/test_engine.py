@@ -243,7 +243,7 @@ def test_huge_learning_rate_raises_non_finite_error(project, tiny_params) -> Non
 
 
 def test_nan_loss_raises_non_finite_error_naming_the_client(project, tiny_params, monkeypatch) -> None:
-    def nan_loss(self, logits, features, y, client):
+    def nan_loss(self, logits, features, y, client, x=None):
         return logits.sum() * float("nan")
 
     monkeypatch.setattr(FederatedAlgorithm, "local_loss", nan_loss)

@@ -116,11 +116,11 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
 
     torch.manual_seed(derive_seed(cfg.seed, 0))  # same initial model for every method of a seed
     info = registry.dataset_info(cfg.dataset_spec)
-    model = build_model(training["model"], info).to(device)
     settings = TrainingSettings(training["local_epochs"], training["batch_size"], training["lr"],
                                 training["momentum"], training["weight_decay"])
     method_spec = dict(cfg.method_spec)
     algorithm = ALGORITHMS[method_spec.pop("algorithm")](settings, num_clients, data.num_classes, **method_spec)
+    model = algorithm.adapt_model(build_model(training["model"], info)).to(device)
     rounds = training["rounds"]
     schedule = sampling_schedule(cfg.seed, num_clients, clients_per_round(num_clients, training["participation"]),
                                  rounds)

@@ -2,6 +2,7 @@
 
 A method overrides only what differs from FedAvg:
 
+- `adapt_model`       architecture changes a paper makes (MOON's projection head)
 - `local_loss`        the client objective (FedLC, FedRS, FedNTD, FedED, FL-FCR, ...)
 - `begin_local` / `after_backward` / `local_step`
                       client-side state and optimiser changes (FedProx, SCAFFOLD,
@@ -83,6 +84,14 @@ class FederatedAlgorithm:
         self.num_classes = num_classes
         self.hp = {**self.hyperparameters, **hyperparameters}
 
+    # ------------------------------------------------------------------- the model
+    def adapt_model(self, model: nn.Module) -> nn.Module:
+        """Change the architecture where the method's paper does (e.g. MOON's projection head).
+
+        Called once, before the initial global model is taken from it.
+        """
+        return model
+
     # ----------------------------------------------------------------- client side
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         s = self.settings
@@ -92,7 +101,12 @@ class FederatedAlgorithm:
         """Called after the client loaded the global model, before its first step."""
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
-                   client: ClientContext) -> torch.Tensor:
+                   client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
+        """The client objective on one minibatch.
+
+        `features` are the body's output (the head's input); `x` is the batch input, for
+        methods that run another model on it (a frozen global teacher, a previous model).
+        """
         return F.cross_entropy(logits, y)
 
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
@@ -103,7 +117,7 @@ class FederatedAlgorithm:
         """One minibatch step; returns the (detached) loss."""
         optimizer.zero_grad(set_to_none=True)
         features = model.body(x)
-        loss = self.local_loss(model.head(features), features, y, client)
+        loss = self.local_loss(model.head(features), features, y, client, x=x)
         loss.backward()
         self.after_backward(model, client)
         optimizer.step()

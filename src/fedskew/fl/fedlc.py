@@ -12,5 +12,5 @@ class FedLC(FederatedAlgorithm):
     hyperparameters = {"tau": 1.0}
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
-                   client: ClientContext) -> torch.Tensor:
+                   client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_calibrated_cross_entropy(logits, y, client.label_counts, self.hp["tau"])
