@@ -160,6 +160,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
             "clients": len(updates),
             "bytes_up": sum(tensor_bytes(u.state) + tensor_bytes(u.payload) for u in updates),
             "bytes_down": bytes_down,
+            **{f"method_{key}": value for key, value in algorithm.round_metrics().items()},
         }
         if round_ % training["eval_every"] == 0 or round_ == rounds:
             model.load_state_dict(global_state)

@@ -9,6 +9,7 @@ A method overrides only what differs from FedAvg:
                       FedSAM, FedDyn, MOON, ...)
 - `client_payload`    extra tensors a client uploads (control variates, statistics)
 - `aggregate`         the server update (FedNova, FedOpt, FedEXP, FedDyn, ...)
+- `round_metrics`     numbers a method reports each round (logged with the history)
 - `state_dict` / `load_state_dict`
                       state kept across rounds, saved in checkpoints
 
@@ -134,6 +135,10 @@ class FederatedAlgorithm:
     # ----------------------------------------------------------------- server side
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
         return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
+
+    def round_metrics(self) -> dict[str, float]:
+        """Method-specific numbers of the last round (e.g. FedEXP's server step), logged per round."""
+        return {}
 
     # ------------------------------------------------------------- persistent state
     def state_dict(self) -> dict[str, Any]:
