@@ -118,9 +118,10 @@ def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
     from fedskew.fl import ALGORITHMS
 
     for name, cls in ALGORITHMS.items():
-        hps = ", ".join(f"{k}={v}" for k, v in cls.hyperparameters.items()) or "(no hyperparameters)"
-        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        print(f"{name:12s} {hps:30s} {doc}")
+        hps = ", ".join(f"{k}={v}" for k, v in cls.hyperparameters.items()) or "no hyperparameters"
+        # The class docstring tells variants in one file apart; else the module's cites the paper.
+        own_doc = cls.__dict__.get("__doc__") or sys.modules[cls.__module__].__doc__ or ""
+        print(f"{name:15s} {hps}\n{'':15s} {own_doc.strip().splitlines()[0]}")
 
 
 def build_parser() -> argparse.ArgumentParser:

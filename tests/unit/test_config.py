@@ -105,10 +105,15 @@ def test_schema_knows_exactly_the_registered_algorithms_and_hyperparameters():
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     method = schema["$defs"]["method"]
     assert set(method["properties"]["algorithm"]["enum"]) == set(ALGORITHMS)
+    covered = set()
     for branch in method["allOf"]:
-        name = branch["if"]["properties"]["algorithm"]["const"]
+        condition = branch["if"]["properties"]["algorithm"]
+        names = condition["enum"] if "enum" in condition else [condition["const"]]
         declared = set(branch["then"]["properties"]) - {"algorithm"}
-        assert declared == set(ALGORITHMS[name].hyperparameters), name
+        for name in names:
+            assert declared == set(ALGORITHMS[name].hyperparameters), name
+        covered |= set(names)
+    assert covered == set(ALGORITHMS)
 
 
 def test_cli_validate_fails_cleanly_on_a_bad_file(tmp_path, capsys):

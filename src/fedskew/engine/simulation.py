@@ -120,6 +120,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                                 training["momentum"], training["weight_decay"])
     method_spec = dict(cfg.method_spec)
     algorithm = ALGORITHMS[method_spec.pop("algorithm")](settings, num_clients, data.num_classes, **method_spec)
+    algorithm.set_label_counts(label_counts)
     model = algorithm.adapt_model(build_model(training["model"], info)).to(device)
     rounds = training["rounds"]
     schedule = sampling_schedule(cfg.seed, num_clients, clients_per_round(num_clients, training["participation"]),

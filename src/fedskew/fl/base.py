@@ -20,6 +20,7 @@ The engine (fedskew.engine) owns the loop and contains no per-method branches.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -73,9 +74,18 @@ class FederatedAlgorithm:
 
     name: ClassVar[str] = "fedavg"
     # Hyperparameters with the paper defaults; params.yaml may override each one.
-    hyperparameters: ClassVar[dict[str, float]] = {}
+    hyperparameters: ClassVar[dict[str, float | bool]] = {}
 
-    def __init__(self, settings: TrainingSettings, num_clients: int, num_classes: int, **hyperparameters: float):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A composition (class FedLCProx(FedLC, FedProx)) inherits the hyperparameters of all its parents."""
+        super().__init_subclass__(**kwargs)
+        merged: dict[str, float | bool] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(vars(klass).get("hyperparameters", {}))
+        cls.hyperparameters = merged
+
+    def __init__(self, settings: TrainingSettings, num_clients: int, num_classes: int,
+                 **hyperparameters: float | bool):
         unknown = set(hyperparameters) - set(self.hyperparameters)
         if unknown:
             raise ValueError(f"{self.name}: unknown hyperparameters {sorted(unknown)}; "
@@ -92,6 +102,13 @@ class FederatedAlgorithm:
         Called once, before the initial global model is taken from it.
         """
         return model
+
+    def set_label_counts(self, label_counts: torch.Tensor) -> None:
+        """Every client's label counts [num_clients, C], given once before training.
+
+        Only for methods whose papers use global class statistics (FL-FCR's N_c); a
+        method that uses them must say so, since real clients would have to share them.
+        """
 
     # ----------------------------------------------------------------- client side
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -148,6 +165,19 @@ class FederatedAlgorithm:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
             raise ValueError(f"{self.name} keeps no state, but the checkpoint holds {sorted(state)}")
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A copy of `model` for inference only (a teacher, a previous model): eval mode, no gradients.
+
+    Methods keep one such module and re-load it per client, never one per client.
+    """
+    clone = copy.deepcopy(model)
+    clone.eval()
+    for param in clone.parameters():
+        param.requires_grad_(False)
+        param.grad = None
+    return clone
 
 
 def weighted_average(states: list[StateDict], weights: list[float]) -> StateDict:

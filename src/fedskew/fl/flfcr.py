@@ -1,0 +1,294 @@
+"""FL-FCR ("Overcoming Data Imbalance in Federated Learning with Calibration Weighting"): margins + feature resampling.
+
+Client side (Algorithm 1, lines 10–25):
+
+- local training with the calibrated loss of Eq. 13: the true-class logit is lowered by
+  Δ_y = H / N_y^(1/4) (LDAM-style, true class kept in the denominator);
+- after training, per-class statistics of the local model's features v = body(x) over the
+  whole local set: mean μ_{c,k} (Eq. 3) for every class with N_{c,k} ≥ 1 and the unbiased
+  covariance cov_{c,k} (Eq. 4, divisor N_{c,k} − 1) for N_{c,k} ≥ 2. They are uploaded with
+  the counts N_{c,k} as `client_payload` (counted as communication; covariances as their
+  upper triangles, which is all a symmetric matrix carries).
+
+Server side (lines 26–36): FedAvg, then for every class the pooled mean and covariance of
+Eq. 5–6 (a client with N_{c,k} = 1 contributes its mean and no covariance: "we exclude
+sample covariance estimates of clients with N_{c,k} < 2", the weight (N_{c,k} − 1) of its
+covariance being 0 anyway), `samples_per_class` features drawn from N(μ_c, cov_c), and the
+classifier head of the aggregated model retrained on them with cross entropy. Eq. 5–6 are
+exactly the mean and the unbiased covariance of the pooled raw features, which is why the
+per-client covariance must be the unbiased one of Eq. 4.
+
+Choices where the paper is silent or ambiguous (recorded with every result):
+
+- N_c in Δ_c. §IV-B defines N_c = Σ_k N_{c,k} (summed over clients) and §IV-C applies the
+  loss "during client updates". `global_counts` = 1 (default, the paper's definition) uses
+  the totals, 0 uses the client's own counts. The totals come from `set_label_counts`
+  (all clients' counts, if the engine provides them); otherwise the server learns them from
+  the N_{c,k} clients upload with their statistics and sends the sum it knows as a
+  download payload (counted): a client's own counts always enter its sum, so with full
+  participation round 1 uses local counts and every later round the exact totals.
+- H: "a hyper-parameter to be tuned", no value given; default 1.0, the value this project
+  uses for FedLC's τ (the same margin family, [25] in the paper).
+- Resampling and retraining sizes: not given by the paper. Defaults follow FL-bench's
+  implementation of CCVR (Luo et al. 2021, [26], whose virtual-representation retraining
+  FL-FCR builds on): 200 samples per class, one pass over them, plain SGD with the
+  training batch size and learning rate (`retrain_lr` = 0 means "training.lr").
+- Classes with pooled N_c < 2 have no covariance and are not sampled. Retraining masks the
+  logits of classes without samples this round (with partial participation a class may be
+  missing), so the head is calibrated among the classes the server has statistics for and
+  the rows of the others are left as aggregated. With every class present it is plain CE.
+- Features are those of each client's *local* model after training (Algorithm 1, lines
+  17–25), pooled, then used to retrain the head of the aggregated model, as the paper does.
+- Sampling: cov_c = V Λ Vᵀ (eigh, float64), negative rounding eigenvalues clipped to 0,
+  v = μ_c + V Λ^½ ε, ε ~ N(0, I): exact for singular covariances (N_c ≤ d, dead ReLUs).
+- Randomness: each client draws one integer from its own round generator (seeded by run
+  seed, round and client) after training and sends it with its payload; the server seeds a
+  torch.Generator with their sum mod 2^63. The draw is order-free, differs between rounds
+  and run seeds, and makes `aggregate` a pure function of its inputs (bit-identical resume).
+- The paper's "L2 regularisation on the weight vectors of the last layer and the last
+  hidden activation" (after AM-Softmax) is not specified further (no coefficient, Eq. 13
+  uses raw logits); it is not added: training.weight_decay is the regulariser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
+from fedskew.fl.losses import true_class_margin_cross_entropy
+
+HEAD_WEIGHT, HEAD_BIAS = "head.weight", "head.bias"
+
+
+def symmetric_pack(matrices: torch.Tensor) -> torch.Tensor:
+    """[..., d, d] symmetric -> [..., d(d+1)/2]: the upper triangle, row by row."""
+    rows, cols = torch.triu_indices(matrices.shape[-1], matrices.shape[-1], device=matrices.device)
+    return matrices[..., rows, cols]
+
+
+def symmetric_unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
+    """Inverse of `symmetric_pack`: [..., d(d+1)/2] -> [..., d, d]."""
+    rows, cols = torch.triu_indices(dim, dim, device=packed.device)
+    out = packed.new_zeros(*packed.shape[:-1], dim, dim)
+    out[..., rows, cols] = packed
+    out[..., cols, rows] = packed
+    return out
+
+
+def class_feature_statistics(features: torch.Tensor, y: torch.Tensor, num_classes: int
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One client's Eq. 3–4, in float64, in the uploaded layout.
+
+    Returns counts N_{c,k} [C]; means μ_{c,k} [m1, d] of the classes with N ≥ 1 (ascending);
+    unbiased covariances cov_{c,k} (divisor N − 1) of the classes with N ≥ 2, as packed upper
+    triangles [m2, d(d+1)/2].
+    """
+    v = features.detach().to(torch.float64).reshape(features.shape[0], -1)
+    y = y.to(v.device)
+    counts = torch.bincount(y, minlength=num_classes)[:num_classes]
+    means, covs = [], []
+    for c in range(num_classes):
+        n = int(counts[c])
+        if n == 0:
+            continue
+        vc = v[y == c]
+        mean = vc.mean(dim=0)
+        means.append(mean)
+        if n >= 2:
+            centred = vc - mean
+            covs.append(symmetric_pack(centred.T @ centred / (n - 1)))
+    dim = v.shape[1]
+    return (counts, torch.stack(means) if means else v.new_zeros(0, dim),
+            torch.stack(covs) if covs else v.new_zeros(0, dim * (dim + 1) // 2))
+
+
+def pool_class_statistics(clients: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], num_classes: int,
+                          dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 5–6 over clients given in `class_feature_statistics`' layout.
+
+    Returns N_c [C], μ_c [C, d] and the packed cov_c [C, d(d+1)/2] (0 where N_c < 2, undefined).
+    Eq. 6 is accumulated client by client in the pairwise form of Chan et al. (1979): with
+    M2 = (N − 1)·cov, merging (n_a, μ_a, M2_a) with (n_b, μ_b, M2_b) gives n = n_a + n_b,
+    μ = μ_a + δ·n_b/n and M2 = M2_a + M2_b + δδᵀ·n_a n_b/n, δ = μ_b − μ_a. Summed over clients
+    this is Σ_k (N_{c,k}−1)cov_{c,k} + Σ_k N_{c,k}μ_{c,k}μ_{c,k}ᵀ − N_c μ_c μ_cᵀ, i.e. Eq. 6 times
+    N_c − 1, without subtracting large nearly equal terms, and it never holds more than one
+    client's statistics besides the running totals. A client with N_{c,k} = 1 adds its mean and
+    no covariance (its M2 is 0: "we exclude sample covariance estimates of clients with N_{c,k} < 2").
+    """
+    packed = dim * (dim + 1) // 2
+    total = torch.zeros(num_classes, dtype=torch.float64)
+    mean = torch.zeros(num_classes, dim, dtype=torch.float64)
+    m2 = torch.zeros(num_classes, packed, dtype=torch.float64)
+    rows, cols = torch.triu_indices(dim, dim)
+    for counts, means, covs in clients:
+        n_b = counts.cpu().to(torch.float64)
+        present, with_cov = n_b >= 1, n_b >= 2
+        mean_b = torch.zeros(num_classes, dim, dtype=torch.float64)
+        mean_b[present] = means.cpu().to(torch.float64)
+        m2_b = torch.zeros(num_classes, packed, dtype=torch.float64)
+        m2_b[with_cov] = covs.cpu().to(torch.float64) * (n_b[with_cov] - 1).unsqueeze(1)
+        n = total + n_b
+        delta = mean_b - mean
+        share = torch.where(present, n_b / n.clamp_min(1), torch.zeros_like(n_b))
+        cross = torch.where(present, total * n_b / n.clamp_min(1), torch.zeros_like(n_b))
+        mean = mean + delta * share.unsqueeze(1)
+        m2 = m2 + m2_b + (delta[:, rows] * delta[:, cols]) * cross.unsqueeze(1)
+        total = n
+    cov = m2 / (total - 1).clamp_min(1).unsqueeze(1)
+    cov[total < 2] = 0
+    return total.round().to(torch.int64), mean, cov
+
+
+def sample_class_features(mean: torch.Tensor, cov: torch.Tensor, num: int, generator: torch.Generator
+                          ) -> torch.Tensor:
+    """`num` draws from N(mean, cov) in float64; exact for singular (positive semi-definite) cov."""
+    eigenvalues, eigenvectors = torch.linalg.eigh(cov.cpu().to(torch.float64))
+    factor = eigenvectors * eigenvalues.clamp_min(0).sqrt()
+    noise = torch.randn(num, mean.numel(), generator=generator, dtype=torch.float64)
+    return mean.cpu().to(torch.float64) + noise @ factor.T
+
+
+def retrain_head(weight: torch.Tensor, bias: torch.Tensor, features: torch.Tensor, labels: torch.Tensor,
+                 classes: torch.Tensor, epochs: int, lr: float, batch_size: int, generator: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain SGD on CE(features Wᵀ + b, labels) over the `classes` mask (others' logits masked)."""
+    w = weight.detach().clone().requires_grad_(True)
+    b = bias.detach().clone().requires_grad_(True)
+    features = features.to(device=weight.device, dtype=weight.dtype)
+    labels = labels.to(weight.device)
+    absent = ~classes.to(weight.device)
+    optimizer = torch.optim.SGD([w, b], lr=lr)
+    n = labels.numel()
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator).to(weight.device)
+        for start in range(0, n, batch_size):
+            batch = order[start:start + batch_size]
+            logits = F.linear(features[batch], w, b).masked_fill(absent, float("-inf"))
+            loss = F.cross_entropy(logits, labels[batch])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return w.detach(), b.detach()
+
+
+class FLFCR(FederatedAlgorithm):
+    name = "flfcr"
+    hyperparameters = {
+        "H": 1.0,                  # Δ_c = H / N_c^(1/4); "to be tuned", no value in the paper
+        "global_counts": 1,        # 1: N_c summed over clients (§IV-B); 0: the client's own counts
+        "samples_per_class": 200,  # virtual features per class (FL-bench's CCVR default)
+        "retrain_epochs": 1,       # passes over them (FL-bench's CCVR: one)
+        "retrain_lr": 0.0,         # 0: training.lr (FL-bench's CCVR)
+    }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.hp["global_counts"] not in (0, 1):
+            raise ValueError(f"{self.name}: global_counts must be 0 or 1, got {self.hp['global_counts']}")
+        for key in ("H", "samples_per_class", "retrain_epochs", "retrain_lr"):
+            if self.hp[key] < 0:
+                raise ValueError(f"{self.name}: {key} must be >= 0, got {self.hp[key]}")
+        self._all_counts: torch.Tensor | None = None
+        # Server state: the label counts each client has reported (saved in checkpoints).
+        self._reported = torch.zeros(self.num_clients, self.num_classes, dtype=torch.int64)
+        self._margin_counts: torch.Tensor | None = None
+        self._cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._cached = 0
+
+    # ------------------------------------------------------------ global label counts
+    def set_label_counts(self, label_counts: torch.Tensor) -> None:
+        """All clients' label counts [num_clients, C] (the partition's), if the engine provides them."""
+        self._all_counts = torch.as_tensor(label_counts).to(torch.int64).cpu()
+
+    def class_counts_for(self, client: ClientContext) -> torch.Tensor:
+        """The N_c of the client's margins: its own counts, or the totals over clients."""
+        own = client.label_counts
+        if not self.hp["global_counts"]:
+            return own
+        if self._all_counts is not None:
+            return self._all_counts.sum(dim=0).to(own.device)
+        reported = self._reported.clone()
+        reported[client.client_id] = own.cpu().to(torch.int64)
+        return reported.sum(dim=0).to(own.device)
+
+    def download_payload(self, client: ClientContext) -> dict[str, Any]:
+        payload = super().download_payload(client)
+        if self.hp["global_counts"]:
+            payload["class_counts"] = self.class_counts_for(client)
+        return payload
+
+    # ----------------------------------------------------------------- client side
+    def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
+        super().begin_local(model, global_state, client)
+        self._margin_counts = self.class_counts_for(client)
+        self._cache, self._cached = [], 0
+
+    def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
+                   client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
+        # Keep the inputs of the first pass over the local set (each sample once) for the
+        # statistics of the trained model; a step that evaluates the loss twice on the same
+        # batch (FedSAM) passes the same tensor and is stored once.
+        if x is not None and self._cached < client.num_samples and (not self._cache or self._cache[-1][0] is not x):
+            self._cache.append((x, y))
+            self._cached += int(y.numel())
+        counts = self._margin_counts if self._margin_counts is not None else self.class_counts_for(client)
+        return true_class_margin_cross_entropy(logits, y, counts, self.hp["H"])
+
+    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        payload = super().client_payload(model, client, num_steps)
+        if not self._cache:
+            raise RuntimeError(f"{self.name}: no local inputs were seen (local_loss needs x) for client "
+                               f"{client.client_id}")
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            x = torch.cat([xb for xb, _ in self._cache])
+            y = torch.cat([yb for _, yb in self._cache])
+            features = torch.cat([model.body(x[i:i + 1024]) for i in range(0, x.shape[0], 1024)])
+        model.train(was_training)
+        self._cache, self._cached = [], 0
+        counts, means, covs = class_feature_statistics(features, y, self.num_classes)
+        payload["counts"] = counts                          # N_{c,k}, all classes
+        payload["means"] = means.to(features.dtype)        # classes with N_{c,k} >= 1
+        payload["covs"] = covs.to(features.dtype)          # packed, classes with N_{c,k} >= 2
+        payload["seed"] = int(torch.randint(0, 2 ** 62, (1,), generator=client.generator))
+        return payload
+
+    # ----------------------------------------------------------------- server side
+    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
+        state = super().aggregate(global_state, updates)
+        if HEAD_WEIGHT not in state or HEAD_BIAS not in state:
+            raise KeyError(f"{self.name}: the model has no linear head ({HEAD_WEIGHT}, {HEAD_BIAS})")
+        weight, bias = state[HEAD_WEIGHT], state[HEAD_BIAS]
+        for update in updates:
+            self._reported[update.client_id] = update.payload["counts"].cpu().to(torch.int64)
+        total, pooled_mean, pooled_cov = pool_class_statistics(
+            ((u.payload["counts"], u.payload["means"], u.payload["covs"]) for u in updates),
+            self.num_classes, weight.shape[1])
+        sampled = total >= 2
+        num = int(self.hp["samples_per_class"])
+        epochs = int(self.hp["retrain_epochs"])
+        if not bool(sampled.any()) or num == 0 or epochs == 0:
+            return state
+        generator = torch.Generator().manual_seed(sum(u.payload["seed"] for u in updates) % 2 ** 63)
+        classes = [c for c in range(self.num_classes) if sampled[c]]
+        dim = weight.shape[1]
+        virtual = torch.cat([sample_class_features(pooled_mean[c], symmetric_unpack(pooled_cov[c], dim), num,
+                                                   generator) for c in classes])
+        labels = torch.tensor(classes, dtype=torch.int64).repeat_interleave(num)
+        lr = self.hp["retrain_lr"] or self.settings.lr
+        state[HEAD_WEIGHT], state[HEAD_BIAS] = retrain_head(weight, bias, virtual, labels, sampled, epochs, lr,
+                                                            self.settings.batch_size, generator)
+        return state
+
+    # ------------------------------------------------------------- persistent state
+    def state_dict(self) -> dict[str, Any]:
+        return {"reported_counts": self._reported.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._reported = state["reported_counts"].clone()

@@ -1,0 +1,153 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020): control variates correct client drift (option II).
+
+Each local step uses the corrected gradient g + c − c_i (server control variate c,
+client control variate c_i), added in `after_backward` before the optimiser step.
+After K local steps with learning rate η the client sets (option II)
+
+    c_i⁺ = c_i − c + (x − y)/(K·η)
+
+keeps it, and uploads Δc_i = c_i⁺ − c_i with its model (counted as communication);
+the server sends c with the model. Server step with N = all clients (not only the
+round's):
+
+    x ← Σ_i p_i y_i   (sample-weighted, global learning rate 1, as FedAvg here)
+    c ← c + Σ_{i in round} Δc_i / N
+
+All control variates start at zero (NIID-Bench's random start is a known bug, see
+METHODS.md). c and every client's c_i (stored only for clients that trained once,
+absent = zero) are in `state_dict`, so a resumed run continues bit-identically.
+
+Choices and deviations:
+- Only trainable parameters have control variates; buffers (BatchNorm statistics) are
+  averaged as in FedAvg. A parameter without a gradient in a step gets no correction
+  in that step (as FedProx here).
+- Momentum. Option II is written for plain SGD, where x − y = η·Σ_k (corrected
+  gradient_k) and (x − y)/(K·η) is their mean. The engine's SGD may use heavy-ball
+  momentum ρ (the corrected gradient goes through the momentum buffer like any
+  gradient); then x − y = η·Σ_k w_k·(corrected gradient_k) with Σ_k w_k =
+  a(K, ρ) = (K − ρ(1 − ρ^K)/(1 − ρ))/(1 − ρ) (FedNova's normaliser), so we divide by
+  η·a(K, ρ) instead of K·η. For ρ = 0 this is exactly the paper's K·η; for ρ > 0 the
+  literal K·η overestimates c_i by up to 1/(1 − ρ) (10× at ρ = 0.9), and on digits
+  with ρ = 0.9 that feedback made training diverge. Weight decay is treated as part
+  of the gradient. (NIID-Bench instead subtracts η(c − c_i) after each optimiser step,
+  outside momentum; for plain SGD all these forms agree.)
+- No global learning rate η_g: the model update is the sample-weighted average, i.e.
+  η_g = 1 (as NIID-Bench and the FedExP authors' SCAFFOLD baseline use); the paper's
+  uniform mean over the sampled clients is replaced by the sample-weighted one every
+  method here uses (identical for equal client sizes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict, weighted_average
+from fedskew.fl.fednova import normalizing_factor
+
+
+class Scaffold(FederatedAlgorithm):
+    name = "scaffold"
+    hyperparameters: dict[str, float] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._c: StateDict = {}                        # server control variate c
+        self._client_c: dict[int, StateDict] = {}      # c_i, only for clients that trained once
+        # Tensors are replaced, never updated in place, so a returned state_dict stays a snapshot.
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _trainable(model: nn.Module) -> dict[str, nn.Parameter]:
+        return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+    def _ensure_c(self, model: nn.Module) -> None:
+        params = self._trainable(model)
+        if not self._c:
+            self._c = {name: torch.zeros_like(p, memory_format=torch.contiguous_format).detach()
+                       for name, p in params.items()}
+        elif set(self._c) != set(params):
+            raise ValueError(f"{self.name}: control variates cover {sorted(self._c)}, "
+                             f"the model's trainable parameters are {sorted(params)}")
+
+    def client_control(self, client_id: int) -> StateDict:
+        """c_i of a client (zeros if it never trained)."""
+        stored = self._client_c.get(client_id)
+        return stored if stored is not None else {name: torch.zeros_like(c) for name, c in self._c.items()}
+
+    # ----------------------------------------------------------------- the model
+    def adapt_model(self, model: nn.Module) -> nn.Module:
+        model = super().adapt_model(model)
+        self._ensure_c(model)  # so the very first download already carries c (zeros)
+        return model
+
+    # ----------------------------------------------------------------- client side
+    def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
+        super().begin_local(model, global_state, client)
+        self._ensure_c(model)
+        params = self._trainable(model)
+        if params:
+            # adapt_model runs before the engine moves the model to its device: follow it (once).
+            device = next(iter(params.values())).device
+            if next(iter(self._c.values())).device != device:
+                self._c = {name: c.to(device) for name, c in self._c.items()}
+                self._client_c = {cid: {name: t.to(device) for name, t in ci.items()}
+                                  for cid, ci in self._client_c.items()}
+        self._x = {name: global_state[name] for name in params}  # the round's global model
+        self._ci = self.client_control(client.client_id)
+        self._correction = {name: self._c[name] - self._ci[name] for name in params}
+
+    def after_backward(self, model: nn.Module, client: ClientContext) -> None:
+        super().after_backward(model, client)
+        with torch.no_grad():
+            for name, param in self._trainable(model).items():
+                if param.grad is not None:
+                    param.grad.add_(self._correction[name])  # g + c − c_i
+
+    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        payload = super().client_payload(model, client, num_steps)
+        params = self._trainable(model)
+        if num_steps > 0:
+            # K·η, generalised to momentum ρ as η·a(K, ρ) (FedNova's a_i; = K for ρ = 0): the
+            # total weight the optimiser gave the K corrected gradients. See the module docstring.
+            scale = 1.0 / (normalizing_factor(num_steps, self.settings.momentum) * self.settings.lr)
+            with torch.no_grad():
+                new_ci = {name: self._ci[name] - self._c[name] + (self._x[name] - p.detach()) * scale
+                          for name, p in params.items()}
+        else:  # no step taken: nothing learned about the client's gradient
+            new_ci = dict(self._ci)
+        delta = {name: new_ci[name] - self._ci[name] for name in params}
+        self._client_c[client.client_id] = new_ci
+        payload["delta_c"] = delta
+        return payload
+
+    def download_payload(self, client: ClientContext) -> dict[str, Any]:
+        payload = super().download_payload(client)
+        payload["c"] = self._c
+        return payload
+
+    # ----------------------------------------------------------------- server side
+    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
+        out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
+        total = float(self.num_clients)
+        new_c = {}
+        for name, c in self._c.items():
+            acc = c.clone()
+            for update in updates:
+                acc.add_(update.payload["delta_c"][name], alpha=1.0 / total)
+            new_c[name] = acc
+        self._c = new_c
+        return out
+
+    # ------------------------------------------------------------- persistent state
+    def state_dict(self) -> dict[str, Any]:
+        return {"c": dict(self._c), "client_c": {cid: dict(ci) for cid, ci in self._client_c.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = set(state) - {"c", "client_c"}
+        if unknown:
+            raise ValueError(f"{self.name}: unexpected checkpoint state {sorted(unknown)}")
+        self._c = dict(state.get("c", {}))
+        self._client_c = {int(cid): dict(ci) for cid, ci in state.get("client_c", {}).items()}
