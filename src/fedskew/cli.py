@@ -58,7 +58,7 @@ def cmd_partition(params: Params, args: argparse.Namespace) -> None:
 
 def write_run_files(cfg: RunConfig, history: list[dict], final: dict, root: Path = Path(".")) -> list[Path]:
     """config.yaml, history.csv and metrics.json of a run; metrics.json last (it marks completion)."""
-    columns = list(dict.fromkeys(key for row in history for key in row))
+    columns = list(dict.fromkeys(key for row in history for key in row)) or ["round"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
     writer.writeheader()
@@ -88,15 +88,21 @@ def _track(cfg: RunConfig, history: list[dict], files: list[Path], status: str, 
 
 
 def cmd_train(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.engine.checkpoint import load_checkpoint
-    from fedskew.engine.simulation import NonFiniteError, run_training
+    from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
 
     cfg = params.run(args.suite, args.dataset, args.partition, args.method, args.seed)
     try:
         result = run_training(cfg, threads=args.threads)
     except NonFiniteError as error:
-        checkpoint = load_checkpoint(Path(cfg.path(paths.CHECKPOINT_DIR)), cfg.run_id)
-        _track(cfg, checkpoint["history"] if checkpoint else [], [], "FAILED", {"fedskew.error": str(error)})
+        history = error.history or []
+        files = []
+        if cfg.training["on_divergence"] == "record":
+            # A divergence is a result of this method in this setting: the tables show it.
+            files = write_run_files(cfg, history, summarise_divergence(error))
+        _track(cfg, history, files, "FAILED", {"fedskew.error": str(error)})
+        if cfg.training["on_divergence"] == "record":
+            log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
+            return
         raise
     files = write_run_files(cfg, result.history, result.final)
     _track(cfg, result.history, files, "FINISHED", {"fedskew.resumed_from_round": str(result.resumed_from),

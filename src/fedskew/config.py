@@ -38,7 +38,10 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 10,
     "threads": 1,
     "device": "cpu",
+    "on_divergence": "fail",
 }
+# Training settings that do not change what a converging run computes: left out of run ids.
+EXECUTION_SETTINGS = ("threads", "on_divergence")
 PARTITION_DEFAULTS: dict[str, dict[str, Any]] = {"dirichlet": {"min_size": 10, "max_redraws": 1000}}
 
 
@@ -125,12 +128,13 @@ class RunConfig:
     def run_id(self) -> str:
         """sha256 of everything that determines the run's results.
 
-        Left out: the suite name (two suites sharing a run share its id) and
-        `training.threads`, an execution setting that a cluster profile may override
-        (the count actually used is recorded with the run in MLflow).
+        Left out: the suite name (two suites sharing a run share its id) and the
+        EXECUTION_SETTINGS: `training.threads`, which a cluster profile may override (the
+        count actually used is recorded with the run in MLflow), and
+        `training.on_divergence`, which only decides how a diverged run is reported.
         """
         content = {k: v for k, v in self.to_dict().items() if k != "suite"}
-        content["training"] = {k: v for k, v in self.training.items() if k != "threads"}
+        content["training"] = {k: v for k, v in self.training.items() if k not in EXECUTION_SETTINGS}
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
     @property

@@ -41,3 +41,5 @@ def test_resume_gives_the_uninterrupted_history(project, tiny_params, method):
 
     assert resumed.resumed_from == 2
     assert resumed.history == uninterrupted
+    # Communication is logged for every method, both directions, every round.
+    assert all(row["bytes_up"] > 0 and row["bytes_down"] > 0 for row in uninterrupted)

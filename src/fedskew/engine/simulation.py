@@ -32,7 +32,14 @@ log = logging.getLogger(__name__)
 
 
 class NonFiniteError(RuntimeError):
-    """A loss or the aggregated model became NaN/Inf; the message names run, round and client."""
+    """A loss or the aggregated model became NaN/Inf; the message names run, round and client.
+
+    `round` and `history` (the rounds completed before it) let the caller record the
+    divergence as a result (training.on_divergence: record).
+    """
+
+    round: int | None = None
+    history: list[dict[str, Any]] | None = None
 
 
 class RunStopped(Exception):
@@ -139,45 +146,50 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         log.info("run %s: resuming after round %d", cfg.run_id, checkpoint["round"])
 
     show_progress = sys.stderr.isatty()
-    for round_ in range(start, rounds + 1):
-        updates, bytes_down = [], 0
-        for client_id in schedule[round_ - 1]:
-            client_id = int(client_id)
-            seed = client_seed(cfg.seed, round_, client_id)
-            torch.manual_seed(seed)  # dropout and other model randomness: per client, order-free
-            client = ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
-                                   torch.Generator().manual_seed(seed))
-            bytes_down += tensor_bytes(global_state) + tensor_bytes(algorithm.download_payload(client))
-            updates.append(train_client(algorithm, model, global_state, x_train, y_train, client, cfg.run_id))
-        global_state = algorithm.aggregate(global_state, updates)
-        for key, value in global_state.items():
-            if value.is_floating_point() and not torch.isfinite(value).all():
-                raise NonFiniteError(f"run {cfg.run_id}: aggregated model has non-finite values in {key!r} "
-                                     f"after round {round_} (clients {[u.client_id for u in updates]})")
-        total = sum(u.num_samples for u in updates)
-        row: dict[str, Any] = {
-            "round": round_,
-            "train_loss": sum(u.train_loss * u.num_samples for u in updates) / total,
-            "clients": len(updates),
-            "bytes_up": sum(tensor_bytes(u.state) + tensor_bytes(u.payload) for u in updates),
-            "bytes_down": bytes_down,
-            **{f"method_{key}": value for key, value in algorithm.round_metrics().items()},
-        }
-        if round_ % training["eval_every"] == 0 or round_ == rounds:
-            model.load_state_dict(global_state)
-            metrics = evaluate(model, x_test, y_test, data.num_classes)
-            row.update({f"test_{k}": v for k, v in metrics.items() if k != "per_class_acc"})
-            row.update({f"test_acc_class{c}": v for c, v in enumerate(metrics["per_class_acc"])})
-            if show_progress:
-                print(f"\r{cfg.run_id} round {round_}/{rounds} acc {metrics['acc']:.4f}", end="", file=sys.stderr)
-        history.append(row)
-        if round_ % training["checkpoint_every"] == 0 or round_ == rounds or round_ == stop_after_round:
-            save_checkpoint(checkpoint_dir, {
-                "run_id": cfg.run_id, "round": round_, "global_state": global_state,
-                "algorithm_state": algorithm.state_dict(), "history": history,
-            })
-        if round_ == stop_after_round:
-            raise RunStopped(f"stopped after round {round_}")
+    round_ = start
+    try:
+        for round_ in range(start, rounds + 1):
+            updates, bytes_down = [], 0
+            for client_id in schedule[round_ - 1]:
+                client_id = int(client_id)
+                seed = client_seed(cfg.seed, round_, client_id)
+                torch.manual_seed(seed)  # dropout and other model randomness: per client, order-free
+                client = ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
+                                       torch.Generator().manual_seed(seed))
+                bytes_down += tensor_bytes(global_state) + tensor_bytes(algorithm.download_payload(client))
+                updates.append(train_client(algorithm, model, global_state, x_train, y_train, client, cfg.run_id))
+            global_state = algorithm.aggregate(global_state, updates)
+            for key, value in global_state.items():
+                if value.is_floating_point() and not torch.isfinite(value).all():
+                    raise NonFiniteError(f"run {cfg.run_id}: aggregated model has non-finite values in {key!r} "
+                                         f"after round {round_} (clients {[u.client_id for u in updates]})")
+            total = sum(u.num_samples for u in updates)
+            row: dict[str, Any] = {
+                "round": round_,
+                "train_loss": sum(u.train_loss * u.num_samples for u in updates) / total,
+                "clients": len(updates),
+                "bytes_up": sum(tensor_bytes(u.state) + tensor_bytes(u.payload) for u in updates),
+                "bytes_down": bytes_down,
+                **{f"method_{key}": value for key, value in algorithm.round_metrics().items()},
+            }
+            if round_ % training["eval_every"] == 0 or round_ == rounds:
+                model.load_state_dict(global_state)
+                metrics = evaluate(model, x_test, y_test, data.num_classes)
+                row.update({f"test_{k}": v for k, v in metrics.items() if k != "per_class_acc"})
+                row.update({f"test_acc_class{c}": v for c, v in enumerate(metrics["per_class_acc"])})
+                if show_progress:
+                    print(f"\r{cfg.run_id} round {round_}/{rounds} acc {metrics['acc']:.4f}", end="", file=sys.stderr)
+            history.append(row)
+            if round_ % training["checkpoint_every"] == 0 or round_ == rounds or round_ == stop_after_round:
+                save_checkpoint(checkpoint_dir, {
+                    "run_id": cfg.run_id, "round": round_, "global_state": global_state,
+                    "algorithm_state": algorithm.state_dict(), "history": history,
+                })
+            if round_ == stop_after_round:
+                raise RunStopped(f"stopped after round {round_}")
+    except NonFiniteError as error:
+        error.round, error.history = round_, history
+        raise
     if show_progress:
         print(file=sys.stderr)
     return RunResult(history, summarise(history), start - 1)
@@ -189,12 +201,30 @@ def summarise(history: list[dict[str, Any]]) -> dict[str, Any]:
     final = evaluated[-1]
     best = max(evaluated, key=lambda row: row["test_acc"])
     return {
+        "status": "finished",
         "final_round": final["round"],
         "final_acc": final["test_acc"],
         "final_balanced_acc": final["test_balanced_acc"],
         "final_loss": final["test_loss"],
         "best_round": best["round"],
         "best_acc": best["test_acc"],
+        "total_bytes_up": sum(row["bytes_up"] for row in history),
+        "total_bytes_down": sum(row["bytes_down"] for row in history),
+    }
+
+
+def summarise_divergence(error: NonFiniteError) -> dict[str, Any]:
+    """What a diverged run reports: no accuracy, the round it failed in, and why."""
+    history = error.history or []
+    return {
+        "status": "diverged",
+        "diverged_round": error.round,
+        "error": str(error),
+        "final_acc": None,
+        "final_balanced_acc": None,
+        "final_loss": None,
+        "best_round": None,
+        "best_acc": None,
         "total_bytes_up": sum(row["bytes_up"] for row in history),
         "total_bytes_down": sum(row["bytes_down"] for row in history),
     }

@@ -20,11 +20,15 @@ def accuracy_curves(params: Params, suite: str, root: Path = Path(".")) -> list[
     frames = []
     for cfg in params.runs([suite]):
         history = pd.read_csv(root / cfg.path(paths.RUN_HISTORY))
+        if "test_acc" not in history:  # diverged before its first evaluation
+            continue
         history = history.dropna(subset=["test_acc"])
         frames.append(history[["round", "test_acc"]].assign(**cfg.keys))
-    runs = pd.concat(frames)
     out_dir = root / paths.FIGURE_DIR.format(suite=suite)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if not frames:  # every run diverged before its first evaluation: nothing to draw
+        return []
+    runs = pd.concat(frames)
     written = []
     for (dataset, partition), setting in runs.groupby(["dataset", "partition"], sort=False):
         fig, ax = plt.subplots(figsize=(5, 3.5))

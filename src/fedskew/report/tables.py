@@ -28,29 +28,36 @@ def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
         path = root / cfg.path(paths.RUN_METRICS)
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: train the suite first (snakemake --cores all)")
-        rows.append({**cfg.keys, **json.loads(path.read_text())})
+        rows.append({"status": "finished", **cfg.keys, **json.loads(path.read_text())})
     return pd.DataFrame(rows)
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample std (ddof=1) over seeds of each (dataset, partition, method)."""
+    """Mean and sample std (ddof=1) over the seeds that finished; diverged seeds are counted apart."""
     metrics = ["final_acc", "final_balanced_acc", "best_acc", "total_bytes_up", "total_bytes_down"]
+    runs = runs.assign(diverged=runs["status"] == "diverged")
+    runs[metrics] = runs[metrics].astype(float)  # a diverged run has no accuracy (NaN)
     grouped = runs.groupby(["dataset", "partition", "method"], sort=False)
     out = grouped[metrics].agg(["mean", "std"])
     out.columns = [f"{metric}_{stat}" for metric, stat in out.columns]
-    out["seeds"] = grouped["seed"].count()
+    out["seeds"] = grouped["seed"].count() - grouped["diverged"].sum()
+    out["diverged"] = grouped["diverged"].sum()
     return out.reset_index()
 
 
-def _cell(mean: float, std: float, n: int) -> str:
+def _cell(mean: float, std: float, n: int, diverged: int = 0) -> str:
+    if n == 0:
+        return f"diverged ({diverged}/{diverged} seeds)"
     spread = "n/a" if n < 2 or math.isnan(std) else f"{100 * std:.2f}"
-    return f"{100 * mean:.2f} ± {spread} (n={n})"
+    note = f"; {diverged} diverged" if diverged else ""
+    return f"{100 * mean:.2f} ± {spread} (n={n}{note})"
 
 
 def wide_table(summary: pd.DataFrame) -> pd.DataFrame:
     summary = summary.assign(setting=summary["dataset"] + " / " + summary["partition"])
-    summary["cell"] = [_cell(m, s, n) for m, s, n in
-                       zip(summary[f"{REPORTED}_mean"], summary[f"{REPORTED}_std"], summary["seeds"])]
+    summary["cell"] = [_cell(m, s, n, d) for m, s, n, d in
+                       zip(summary[f"{REPORTED}_mean"], summary[f"{REPORTED}_std"], summary["seeds"],
+                           summary["diverged"])]
     table = summary.pivot(index="method", columns="setting", values="cell")
     methods = list(dict.fromkeys(summary["method"]))
     settings = list(dict.fromkeys(summary["setting"]))
@@ -62,7 +69,8 @@ def protocol_lines(params: Params, suite: str) -> list[str]:
     body = params.raw["suites"][suite]
     lines = [
         "Cells: final-round test accuracy (%), mean ± sample std over seeds "
-        f"{body['seeds']}; best-round accuracy is in the CSV only, labelled.",
+        f"{body['seeds']} (n = seeds that finished; a run whose loss or model became NaN/Inf is "
+        "counted as diverged, not averaged); best-round accuracy is in the CSV only, labelled.",
     ]
     for setting in body["settings"]:
         dataset = setting["dataset"]
@@ -117,10 +125,12 @@ def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str
                                   "best_acc_std": "best_round_acc_std (not reported)"})
     _atomic_write(out["csv"], csv.to_csv(index=False, float_format="%.6f"))
     # A flat metrics file for `dvc metrics show`.
-    flat = {f"{r.dataset}/{r.partition}/{r.method}": {"final_acc_mean": round(r.final_acc_mean, 6),
-                                                      "final_acc_std": None if math.isnan(r.final_acc_std)
-                                                      else round(r.final_acc_std, 6),
-                                                      "seeds": int(r.seeds)}
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else round(value, 6)
+
+    flat = {f"{r.dataset}/{r.partition}/{r.method}": {"final_acc_mean": number(r.final_acc_mean),
+                                                      "final_acc_std": number(r.final_acc_std),
+                                                      "seeds": int(r.seeds), "diverged": int(r.diverged)}
             for r in summary.itertuples()}
     _atomic_write(out["json"], json.dumps(flat, indent=2) + "\n")
     return out

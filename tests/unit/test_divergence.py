@@ -1,0 +1,52 @@
+"""A diverging run: a clear error by default, or a recorded result that the tables show."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from fedskew import paths
+from fedskew.cli import cmd_aggregate, cmd_train
+from fedskew.config import load_params
+from fedskew.engine.simulation import NonFiniteError
+
+
+@pytest.fixture
+def tiny_params(tiny_params):
+    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
+    tiny_params["training"]["tiny"]["lr"] = 1e6  # diverges in round 1
+    return tiny_params
+
+
+def _train_all(params) -> None:
+    for cfg in params.runs():
+        cmd_train(params, argparse.Namespace(threads=1, **cfg.keys))
+
+
+def test_divergence_fails_the_run_by_default(project, tiny_params):
+    params = load_params(tiny_params)
+    with pytest.raises(NonFiniteError, match=r"run [0-9a-f]+: .*round 1, client \d+"):
+        _train_all(params)
+    assert not list(project.glob("results/runs/**/metrics.json"))
+
+
+def test_recorded_divergence_reaches_the_table(project, tiny_params):
+    tiny_params["training"]["tiny"]["on_divergence"] = "record"
+    params = load_params(tiny_params)
+    _train_all(params)
+    cfg = params.runs()[0]
+    metrics = json.loads((project / cfg.path(paths.RUN_METRICS)).read_text())
+    assert metrics["status"] == "diverged" and metrics["diverged_round"] == 1
+    assert metrics["final_acc"] is None and "non-finite" in metrics["error"]
+
+    cmd_aggregate(params, argparse.Namespace(suite="tiny"))
+    table = (project / "results/tables/tiny.md").read_text()
+    assert "| fedavg | diverged (2/2 seeds) |" in table
+    summary = json.loads((project / "results/tables/tiny.json").read_text())
+    assert summary["digits/dir0.5/fedavg"] == {"final_acc_mean": None, "final_acc_std": None,
+                                               "seeds": 0, "diverged": 2}
+    # The recording policy does not change what a converging run is: same run id.
+    assert cfg.run_id == load_params({**tiny_params, "training": {"tiny": {
+        k: v for k, v in tiny_params["training"]["tiny"].items() if k != "on_divergence"}}}).runs()[0].run_id
