@@ -31,19 +31,24 @@ def accuracy_curves(params: Params, suite: str, root: Path = Path(".")) -> list[
     runs = pd.concat(frames)
     written = []
     for (dataset, partition), setting in runs.groupby(["dataset", "partition"], sort=False):
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for method, curves in setting.groupby("method", sort=False):
+        methods = list(dict.fromkeys(setting["method"]))
+        # Up to 20 distinct colours, then the same colours dashed: 25 methods stay tellable apart.
+        colours = plt.get_cmap("tab20").colors
+        fig, ax = plt.subplots(figsize=(6, max(3.5, 0.25 * len(methods))))
+        for i, method in enumerate(methods):
+            curves = setting[setting["method"] == method]
             stats = curves.groupby("round")["test_acc"].agg(["mean", "std", "count"]).fillna(0.0)
-            ax.plot(stats.index, 100 * stats["mean"], label=f"{method} (n={int(stats['count'].max())})")
+            colour, style = colours[i % len(colours)], "-" if i < len(colours) else "--"
+            ax.plot(stats.index, 100 * stats["mean"], style, color=colour,
+                    label=f"{method} (n={int(stats['count'].max())})")
             ax.fill_between(stats.index, 100 * (stats["mean"] - stats["std"]),
-                            100 * (stats["mean"] + stats["std"]), alpha=0.2)
+                            100 * (stats["mean"] + stats["std"]), color=colour, alpha=0.12)
         ax.set(xlabel="round", ylabel="test accuracy (%)", title=f"{suite}: {dataset} / {partition}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
         path = out_dir / f"{dataset}_{partition}.png"
         tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
         plt.close(fig)
         os.replace(tmp, path)
         written.append(path)
