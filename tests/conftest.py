@@ -48,6 +48,27 @@ def tiny_params() -> dict:
     return copy.deepcopy(TINY_PARAMS)
 
 
+def single_setting(params: dict) -> dict:
+    """One partition (dir0.5) and one seed: the `project` fixture then prepares only that."""
+    params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
+    params["suites"]["tiny"]["seeds"] = [0]
+    return params
+
+
+def method_config(params: dict, method: str, training: dict | None = None, label: str | None = None,
+                  **hyperparameters):
+    """The tiny digits/dir0.5 seed-0 run of any registered method (paper defaults unless overridden)."""
+    import dataclasses
+
+    from fedskew.config import load_params
+    from fedskew.fl import ALGORITHMS
+
+    base = load_params(params).run("tiny", "digits", "dir0.5", params["suites"]["tiny"]["methods"][0], 0)
+    spec = {"algorithm": method, **ALGORITHMS[method].hyperparameters, **hyperparameters}
+    return dataclasses.replace(base, method=label or method, method_spec=spec,
+                               training={**base.training, **(training or {})})
+
+
 @pytest.fixture
 def project(tmp_path, tiny_params, monkeypatch):
     """A working directory with params.yaml written and every needed dataset and partition prepared."""

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from fedskew.config import load_params
 from fedskew.engine.simulation import run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.feded import FedED
@@ -15,22 +12,17 @@ from fedskew.fl.fedlc import FedLC
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.fedsam import FedSAM
 from fedskew.fl.scaffold import Scaffold
+from tests.conftest import method_config, single_setting
 
 
 @pytest.fixture
 def tiny_params(tiny_params):
-    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    return tiny_params
+    return single_setting(tiny_params)
 
 
 def _run(tiny_params, method: str, rounds: int = 4, **hyperparameters):
-    base = load_params(tiny_params).run("tiny", "digits", "dir0.5", "fedavg", 0)
-    spec = {"algorithm": method, **ALGORITHMS[method].hyperparameters, **hyperparameters}
-    training = {**base.training, "rounds": rounds, "eval_every": 1}
     label = "-".join([method, *(f"{k}{v}" for k, v in sorted(hyperparameters.items()))])
-    cfg = dataclasses.replace(base, method=label, method_spec=spec,
-                              training=training)
+    cfg = method_config(tiny_params, method, {"rounds": rounds, "eval_every": 1}, label, **hyperparameters)
     return run_training(cfg)
 
 

@@ -32,6 +32,7 @@ from fedskew.fl.fedntd import FedNTD
 from fedskew.fl.fedrs import FedRS, FedRSSoft
 from fedskew.fl.moon import MOON, model_contrastive_loss
 from fedskew.models import build_model
+from tests.conftest import single_setting
 
 METHODS = ["fedrs", "fedrs_soft", "fedntd", "feddecorr", "moon"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -404,10 +405,7 @@ def test_moon_round_one_update_equals_cross_entropy_update() -> None:
 
 @pytest.fixture
 def tiny_params(tiny_params):
-    """One partition and one seed (faster `project` set-up)."""
-    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    return tiny_params
+    return single_setting(tiny_params)
 
 
 def _config(params: dict, method: str, **hyperparameters):

@@ -29,6 +29,7 @@ from fedskew.fl.feddyn import FedDyn
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.fedsam import FedSAM
 from fedskew.models import build_model
+from tests.conftest import single_setting
 
 METHODS = ["fedsam", "feddyn"]
 LR = 0.1
@@ -308,11 +309,7 @@ def test_feddyn_local_step_adds_linear_and_quadratic_terms() -> None:
 
 @pytest.fixture
 def tiny_params(tiny_params):
-    """One partition and one seed (faster `project` set-up)."""
-    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    tiny_params["suites"]["tiny"]["methods"] = ["fedavg"]
-    return tiny_params
+    return single_setting(tiny_params)
 
 
 SPECS = {"fedsam": {"algorithm": "fedsam", "rho": 0.05}, "feddyn": {"algorithm": "feddyn", "alpha": 0.01}}

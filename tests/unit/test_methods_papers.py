@@ -6,8 +6,6 @@ independently of the implementation), never by calling the code under test.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 import shutil
 from pathlib import Path
@@ -18,7 +16,6 @@ import torch
 from torch import nn
 
 from fedskew import paths
-from fedskew.config import load_params
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, tensor_bytes, train_client
@@ -26,10 +23,17 @@ from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings, weighted_average
 from fedskew.fl.feded import FedED, empty_class_distillation, logit_suppression
 from fedskew.fl.fedlogit import FedLogit
-from fedskew.fl.flfcr import (FLFCR, class_feature_statistics, pool_class_statistics, retrain_head,
-                              sample_class_features, symmetric_unpack)
+from fedskew.fl.flfcr import (
+    FLFCR,
+    class_feature_statistics,
+    pool_class_statistics,
+    retrain_head,
+    sample_class_features,
+    symmetric_unpack,
+)
 from fedskew.fl.losses import logit_adjusted_cross_entropy, true_class_margin_cross_entropy
 from fedskew.models import build_model
+from tests.conftest import method_config, single_setting
 
 METHODS = ["fedlogit", "feded", "feded_dis", "feded_logit", "flfcr"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -513,19 +517,11 @@ def test_client_smaller_than_one_batch(method) -> None:
 
 @pytest.fixture
 def tiny_params(tiny_params):
-    """One partition, one seed, FedAvg only (faster `project` set-up); methods are set per config."""
-    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    tiny_params["suites"]["tiny"]["methods"] = ["fedavg"]
-    return tiny_params
+    return single_setting(tiny_params)
 
 
 def _cfg(tiny_params: dict, method: str, **training):
-    """The tiny digits/dir0.5 run with `method` swapped in (the schema does not list these methods yet)."""
-    params = copy.deepcopy(tiny_params)
-    params["training"]["tiny"].update(training)
-    cfg = load_params(params).run("tiny", "digits", "dir0.5", "fedavg", 0)
-    return dataclasses.replace(cfg, method_spec={"algorithm": method, **ALGORITHMS[method].hyperparameters})
+    return method_config(tiny_params, method, training, label="fedavg")
 
 
 # Eq. 6 as printed diverges here (L_logit is unbounded below; see fedskew.fl.feded, point 4).

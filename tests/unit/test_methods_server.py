@@ -7,7 +7,6 @@ each method learns digits, resumes bit-identically, and survives degenerate clie
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import math
@@ -19,7 +18,6 @@ import torch
 from torch import nn
 
 from fedskew import paths
-from fedskew.config import load_params
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training, tensor_bytes, train_client
@@ -30,6 +28,7 @@ from fedskew.fl.fednova import FedNova, normalizing_factor
 from fedskew.fl.fedopt import FedAdagrad, FedAdam, FedYogi
 from fedskew.fl.scaffold import Scaffold
 from fedskew.models import build_model
+from tests.conftest import method_config, single_setting
 
 METHODS = ["scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedexp"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=1, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -443,20 +442,11 @@ def test_fedexp_evaluates_the_average_of_the_last_two_iterates_and_trains_from_t
 
 @pytest.fixture
 def tiny_params(tiny_params):
-    """One partition and one seed: the `project` set-up prepares only what these runs need."""
-    tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    tiny_params["suites"]["tiny"]["methods"] = ["fedavg"]
-    return tiny_params
+    return single_setting(tiny_params)
 
 
 def _cfg(tiny_params: dict, method: str, **training):
-    """The tiny digits/dir0.5 fedavg run with the method swapped in (the schema may not list it yet)."""
-    params = copy.deepcopy(tiny_params)
-    params["training"]["tiny"].update(training)
-    base = load_params(params).run("tiny", "digits", "dir0.5", "fedavg", 0)
-    return dataclasses.replace(base, method=method,
-                               method_spec={"algorithm": method, **ALGORITHMS[method].hyperparameters})
+    return method_config(tiny_params, method, training)
 
 
 @pytest.mark.parametrize("method, momentum", [(m, 0.0) for m in METHODS] + [("scaffold", 0.9), ("fednova", 0.9)])
