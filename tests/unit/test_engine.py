@@ -22,7 +22,6 @@ from torch import nn
 from fedskew import paths
 from fedskew.cli import write_run_files
 from fedskew.config import load_params
-from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedskew.engine.evaluate import evaluate
 from fedskew.engine.sampling import client_seed, clients_per_round, sampling_schedule
@@ -30,6 +29,7 @@ from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, 
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings, weighted_average
 from fedskew.models import build_model
+from tests.unit.helpers import DIGITS_INFO
 
 METHODS = ["fedavg", "fedprox", "fedlc"]
 
@@ -110,9 +110,6 @@ def test_client_seeds_differ_per_round_and_client_and_repeat() -> None:
 
 
 # --------------------------------------------------------------------------- order independence
-
-DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
-
 
 def _train_round(method: str, order: list[int], client_indices: dict[int, torch.Tensor], x, y,
                  global_state: dict, seed: int = 5, round_: int = 3) -> dict[int, object]:

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from fedskew.config import load_params
-from fedskew.data.registry import DatasetInfo
 from fedskew.engine.simulation import run_training, train_client
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, ClientUpdate, TrainingSettings, weighted_average
@@ -25,6 +24,7 @@ from fedskew.fl.fedlc import FedLC
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.losses import logit_calibrated_cross_entropy
 from fedskew.models import build_model
+from tests.unit.helpers import DIGITS_INFO, TinyNet, random_digits
 
 METHODS = ["fedavg", "fedprox", "fedlc"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -130,18 +130,6 @@ def test_fedlc_keeps_true_class_in_denominator() -> None:
 
 
 # --------------------------------------------------------------------------- FedProx
-
-class TinyNet(nn.Module):
-    """logits = W x + b, with an identity body so every gradient is easy to write by hand."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Identity()
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
-
 
 W_T = np.array([[0.5, -0.5], [0.25, 1.0]])   # the round's global model (anchor)
 B_T = np.array([0.0, 0.1])
@@ -306,19 +294,9 @@ def test_every_method_learns_digits(project, tiny_params, method) -> None:
 
 # --------------------------------------------------------------------------- robustness
 
-DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
-
-
-def _data(n: int = 40):
-    g = torch.Generator().manual_seed(123)
-    x = torch.randn(n, 1, 8, 8, generator=g)
-    y = torch.arange(n) % 10
-    return x, y
-
-
 @pytest.mark.parametrize("method", METHODS)
 def test_single_class_client_trains_without_nan(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     y[:20] = 3  # the client holds samples 0..19, all of class 3
     counts = torch.bincount(y[:20], minlength=10)
     assert counts.tolist() == [0, 0, 0, 20, 0, 0, 0, 0, 0, 0]
@@ -341,7 +319,7 @@ def test_single_class_client_trains_without_nan(method) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_single_class_client_update_is_exactly_zero_only_for_fedlc(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     y[:20] = 3
     counts = torch.bincount(y[:20], minlength=10)
     algorithm = ALGORITHMS[method](PLAIN_SGD, num_clients=1, num_classes=10)
@@ -356,7 +334,7 @@ def test_single_class_client_update_is_exactly_zero_only_for_fedlc(method) -> No
 
 @pytest.mark.parametrize("method", METHODS)
 def test_client_smaller_than_one_batch(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     indices = torch.tensor([5, 17, 26])  # labels 5, 7, 6
     counts = torch.bincount(y[indices], minlength=10)
     settings = TrainingSettings(local_epochs=3, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)

@@ -21,7 +21,6 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.config import load_params
-from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import CHECKPOINT_NAME
 from fedskew.engine.simulation import RunStopped, run_training, train_client
 from fedskew.fl import ALGORITHMS
@@ -33,6 +32,7 @@ from fedskew.fl.fedrs import FedRS, FedRSSoft
 from fedskew.fl.moon import MOON, model_contrastive_loss
 from fedskew.models import build_model
 from tests.conftest import single_setting
+from tests.unit.helpers import DIGITS_INFO, random_digits
 
 METHODS = ["fedrs", "fedrs_soft", "fedntd", "feddecorr", "moon"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -364,9 +364,6 @@ def test_moon_state_round_trips_through_a_checkpoint() -> None:
         restored.load_state_dict({"something_else": 1})
 
 
-DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
-
-
 def test_moon_adds_the_projection_head() -> None:
     moon = MOON(PLAIN_SGD, 1, 10)
     base = build_model("mlp", DIGITS_INFO)  # body → 200 features → head
@@ -385,7 +382,7 @@ def test_moon_adds_the_projection_head() -> None:
 
 def test_moon_round_one_update_equals_cross_entropy_update() -> None:
     # In round 1 the previous model is the global model: ℓ_con = log 2 with zero gradient.
-    x, y = _data()
+    x, y = random_digits()
     settings = TrainingSettings(local_epochs=1, batch_size=8, lr=0.05, momentum=0.9, weight_decay=0.0)
     updates = []
     for cls in (MOON, FedAvg):
@@ -479,13 +476,6 @@ def test_resume_is_bit_identical(project, tiny_params, method) -> None:
 
 # --------------------------------------------------------------------------- robustness
 
-def _data(n: int = 40):
-    g = torch.Generator().manual_seed(123)
-    x = torch.randn(n, 1, 8, 8, generator=g)
-    y = torch.arange(n) % 10
-    return x, y
-
-
 def _two_rounds(method: str, x, y, indices, settings: TrainingSettings) -> list[ClientUpdate]:
     """Train one client in round 1, aggregate, train it again in round 2 (MOON then has a previous model)."""
     algorithm = ALGORITHMS[method](settings, num_clients=1, num_classes=10)
@@ -505,7 +495,7 @@ def _two_rounds(method: str, x, y, indices, settings: TrainingSettings) -> list[
 
 @pytest.mark.parametrize("method", METHODS)
 def test_single_class_client_trains_without_nan(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     y[:20] = 3
     settings = TrainingSettings(local_epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-4)
     updates = _two_rounds(method, x, y, torch.arange(20), settings)
@@ -515,7 +505,7 @@ def test_single_class_client_trains_without_nan(method) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_client_smaller_than_one_batch(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     indices = torch.tensor([5, 17, 26])  # labels 5, 7, 6
     settings = TrainingSettings(local_epochs=3, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)
     updates = _two_rounds(method, x, y, indices, settings)
@@ -524,7 +514,7 @@ def test_client_smaller_than_one_batch(method) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_batches_of_one(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     # batch size 1 on 3 samples, then 9 samples in batches of 8 (a last batch of one)
     for indices, batch_size, steps in ((torch.tensor([5, 17, 26]), 1, 3), (torch.arange(9), 8, 2)):
         settings = TrainingSettings(local_epochs=1, batch_size=batch_size, lr=0.05, momentum=0.9, weight_decay=0.0)

@@ -20,7 +20,6 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.config import load_params
-from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training, train_client
 from fedskew.fl import ALGORITHMS
@@ -30,6 +29,7 @@ from fedskew.fl.fedprox import FedProx
 from fedskew.fl.fedsam import FedSAM
 from fedskew.models import build_model
 from tests.conftest import single_setting
+from tests.unit.helpers import DIGITS_INFO, random_digits
 
 METHODS = ["fedsam", "feddyn"]
 LR = 0.1
@@ -150,7 +150,7 @@ def test_fedsam_with_rho_zero_is_plain_sgd() -> None:
     assert torch.equal(sam.head.weight, sgd.head.weight) and torch.equal(sam.head.bias, sgd.head.bias)
 
     # and with the default cross entropy on a real model, bit for bit like FedAvg
-    x, y = _data()
+    x, y = random_digits()
     models = []
     for algorithm in (FedSAM(PLAIN_SGD, 1, 10, rho=0.0), ALGORITHMS["fedavg"](PLAIN_SGD, 1, 10)):
         torch.manual_seed(0)
@@ -387,16 +387,6 @@ def test_feddyn_resume_depends_on_the_saved_state(project, tiny_params, monkeypa
 
 # =========================================================================== robustness
 
-DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
-
-
-def _data(n: int = 40):
-    g = torch.Generator().manual_seed(123)
-    x = torch.randn(n, 1, 8, 8, generator=g)
-    y = torch.arange(n) % 10
-    return x, y
-
-
 def _train(method: str, settings: TrainingSettings, x, y, indices, counts):
     algorithm = ALGORITHMS[method](settings, num_clients=2, num_classes=10)
     torch.manual_seed(0)
@@ -413,7 +403,7 @@ def _all_finite(state) -> bool:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_single_class_client_trains_without_nan(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     y[:20] = 3
     counts = torch.bincount(y[:20], minlength=10)
     assert counts.tolist() == [0, 0, 0, 20, 0, 0, 0, 0, 0, 0]
@@ -427,7 +417,7 @@ def test_single_class_client_trains_without_nan(method) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_client_smaller_than_one_batch(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     indices = torch.tensor([5, 17, 26])  # labels 5, 7, 6
     counts = torch.bincount(y[indices], minlength=10)
     settings = TrainingSettings(local_epochs=3, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)
@@ -440,7 +430,7 @@ def test_client_smaller_than_one_batch(method) -> None:
 
 def test_single_sample_client_with_feddyn_state() -> None:
     """A one-sample client taking part twice: the stored g_i is used and stays finite."""
-    x, y = _data()
+    x, y = random_digits()
     settings = TrainingSettings(local_epochs=2, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)
     dyn = FedDyn(settings, num_clients=2, num_classes=10)
     torch.manual_seed(0)

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from fedskew import paths
-from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, tensor_bytes, train_client
 from fedskew.fl import ALGORITHMS
@@ -34,12 +33,10 @@ from fedskew.fl.flfcr import (
 from fedskew.fl.losses import logit_adjusted_cross_entropy, true_class_margin_cross_entropy
 from fedskew.models import build_model
 from tests.conftest import method_config, single_setting
+from tests.unit.helpers import DIGITS_INFO, random_digits
 
 METHODS = ["fedlogit", "feded", "feded_dis", "feded_logit", "flfcr"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
-DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
-
-
 def _client(label_counts, indices=None, client_id: int = 0, seed: int = 0, round_: int = 1) -> ClientContext:
     counts = torch.as_tensor(label_counts, dtype=torch.int64)
     if indices is None:
@@ -406,16 +403,9 @@ def test_flfcr_retrain_head_fits_separable_virtual_features() -> None:
 
 # --------------------------------------------------------------------------- FL-FCR through the hooks
 
-def _data(n: int = 40):
-    g = torch.Generator().manual_seed(123)
-    x = torch.randn(n, 1, 8, 8, generator=g)
-    y = torch.arange(n) % 10
-    return x, y
-
-
 def _flfcr_round(algorithm, clients, seed=0):
     """Train `clients` ((indices, client_id) pairs) from one global mlp; return global, updates, model."""
-    x, y = _data()
+    x, y = random_digits()
     torch.manual_seed(seed)
     model = build_model("mlp", DIGITS_INFO)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -477,7 +467,7 @@ def test_flfcr_rejects_bad_hyperparameters(bad) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_single_class_client_trains_without_nan(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     y[:20] = 3
     counts = torch.bincount(y[:20], minlength=10)
     settings = TrainingSettings(local_epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-4)
@@ -495,7 +485,7 @@ def test_single_class_client_trains_without_nan(method) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_client_smaller_than_one_batch(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     indices = torch.tensor([5, 17, 26])  # labels 5, 7, 6: every class seen once (no covariance at all)
     counts = torch.bincount(y[indices], minlength=10)
     settings = TrainingSettings(local_epochs=3, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from fedskew import paths
-from fedskew.data.registry import DatasetInfo
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training, tensor_bytes, train_client
 from fedskew.fl import ALGORITHMS
@@ -29,6 +28,7 @@ from fedskew.fl.fedopt import FedAdagrad, FedAdam, FedYogi
 from fedskew.fl.scaffold import Scaffold
 from fedskew.models import build_model
 from tests.conftest import method_config, single_setting
+from tests.unit.helpers import DIGITS_INFO, TinyNet, random_digits
 
 METHODS = ["scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedexp"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=1, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -56,18 +56,6 @@ def _t(values) -> torch.Tensor:
 
 def _close(tensor: torch.Tensor, expected, tol: float = 1e-6) -> bool:
     return torch.allclose(tensor, _t(expected), atol=tol, rtol=0)
-
-
-class TinyNet(nn.Module):
-    """logits = W x + b with an identity body: gradients are easy to write by hand."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Identity()
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
 
 
 class ParamAndBuffers(nn.Module):
@@ -489,14 +477,6 @@ def test_resume_gives_the_uninterrupted_history(project, tiny_params, method) ->
 
 # --------------------------------------------------------------------------- robustness
 
-DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
-
-
-def _data(n: int = 40):
-    g = torch.Generator().manual_seed(123)
-    return torch.randn(n, 1, 8, 8, generator=g), torch.arange(n) % 10
-
-
 def _train_and_aggregate(method: str, settings: TrainingSettings, x, y, indices) -> tuple[ClientUpdate, dict, dict]:
     algorithm = ALGORITHMS[method](settings, num_clients=3, num_classes=10)
     torch.manual_seed(0)
@@ -510,7 +490,7 @@ def _train_and_aggregate(method: str, settings: TrainingSettings, x, y, indices)
 
 @pytest.mark.parametrize("method", METHODS)
 def test_single_class_client_trains_and_aggregates_without_nan(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     y[:20] = 3
     settings = TrainingSettings(local_epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-4)
     update, out, _ = _train_and_aggregate(method, settings, x, y, torch.arange(20))
@@ -523,7 +503,7 @@ def test_single_class_client_trains_and_aggregates_without_nan(method) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_client_smaller_than_one_batch(method) -> None:
-    x, y = _data()
+    x, y = random_digits()
     settings = TrainingSettings(local_epochs=3, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)
     update, out, global_state = _train_and_aggregate(method, settings, x, y, torch.tensor([5, 17, 26]))
     assert update.num_samples == 3 and update.num_steps == 3  # one partial batch per epoch

@@ -100,7 +100,8 @@ class _ServerOptimizer(ParameterAwareAlgorithm):
         self._v: StateDict = {}
 
     def _update_v(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The second-moment rule: the one line that tells Adam, Yogi and Adagrad apart (each defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define its second-moment update")
 
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
         # Buffers as in FedAvg; parameters replaced by the server optimiser's step below.
