@@ -60,8 +60,8 @@ def method_config(params: dict, method: str, training: dict | None = None, label
     """The tiny digits/dir0.5 seed-0 run of any registered method (paper defaults unless overridden)."""
     import dataclasses
 
+    from fedskew.algorithms import ALGORITHMS
     from fedskew.config import load_params
-    from fedskew.fl import ALGORITHMS
 
     base = load_params(params).run("tiny", "digits", "dir0.5", params["suites"]["tiny"]["methods"][0], 0)
     spec = {"algorithm": method, **ALGORITHMS[method].hyperparameters, **hyperparameters}

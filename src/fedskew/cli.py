@@ -121,13 +121,30 @@ def cmd_aggregate(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
-    from fedskew.fl import ALGORITHMS
+    from fedskew.algorithms import ALGORITHMS
 
     for name, cls in ALGORITHMS.items():
         hps = ", ".join(f"{k}={v}" for k, v in cls.hyperparameters.items()) or "no hyperparameters"
         # The class docstring tells variants in one file apart; else the module's cites the paper.
         own_doc = cls.__dict__.get("__doc__") or sys.modules[cls.__module__].__doc__ or ""
-        print(f"{name:15s} {hps}\n{'':15s} {own_doc.strip().splitlines()[0]}")
+        print(f"{name:15s} [{cls.family}] {hps}\n{'':15s} {own_doc.strip().splitlines()[0]}")
+
+
+def cmd_models(params: Params | None, args: argparse.Namespace) -> None:
+    import torch
+
+    from fedskew.data.registry import DatasetInfo
+    from fedskew.models import IMAGE_ONLY, MODELS, build_model
+
+    for name in MODELS:
+        # Split points do not depend on the input size; build the structure only (no weights).
+        info = DatasetInfo((3, 32, 32) if name in IMAGE_ONLY else (64,), 10, name in IMAGE_ONLY, False)
+        with torch.device("meta"):
+            model = build_model(name, info)
+        points = ", ".join(f"{point} (after {stage})" if point != stage else point
+                           for point, stage in model.split_points.items())
+        doc = (MODELS[name].__doc__ or "").strip().splitlines()[0]
+        print(f"{name:10s} split points: {points}; default {model.default_split}\n{'':10s} {doc}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("validate", help="check params.yaml and count runs")
     sub.add_parser("methods", help="list the methods with their hyperparameters and defaults")
+    sub.add_parser("models", help="list the models with their split points")
     p = sub.add_parser("download", help="prepare a dataset under data/raw/")
     p.add_argument("--dataset", required=True)
     p.add_argument("--no-download", action="store_true", help="use only files already on disk")
@@ -155,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
-            "train": cmd_train, "aggregate": cmd_aggregate, "methods": cmd_methods}
+            "train": cmd_train, "aggregate": cmd_aggregate, "methods": cmd_methods, "models": cmd_models}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedskew.engine.simulation import NonFiniteError
 
     try:
-        params = None if args.command == "methods" else load_params(args.params)
+        params = None if args.command in ("methods", "models") else load_params(args.params)
         COMMANDS[args.command](params, args)
     except (ConfigError, DatasetUnavailableError, DatasetCorruptError, PartitionError, NonFiniteError,
             FileNotFoundError) as error:

@@ -165,7 +165,7 @@ class Params:
         return {**PARTITION_DEFAULTS.get(spec["scheme"], {}), **spec}
 
     def method_spec(self, method: str) -> dict:
-        from fedskew.fl import ALGORITHMS
+        from fedskew.algorithms import ALGORITHMS
 
         spec = self.raw["methods"].get(method, {"algorithm": method})
         algorithm = ALGORITHMS[spec["algorithm"]]
@@ -206,8 +206,10 @@ class Params:
 
 def _cross_checks(raw: dict) -> list[str]:
     """Checks the schema cannot express: references between sections, model/dataset fit."""
-    from fedskew.fl import ALGORITHMS
-    from fedskew.models import incompatibility
+    import torch
+
+    from fedskew.algorithms import ALGORITHMS
+    from fedskew.models import build_model, incompatibility
 
     problems = []
     for i, suite in enumerate(raw["run"]["suites"]):
@@ -243,10 +245,17 @@ def _cross_checks(raw: dict) -> list[str]:
                     problems.append(f"{where}.partitions[{k}]: {partition!r} uses scheme 'natural', but dataset "
                                     f"{dataset!r} ({spec['source']}) has no natural clients; use iid/dirichlet/...")
             section = copy.deepcopy(training)
-            model = {**TRAINING_DEFAULTS, **section, **section.get("overrides", {}).get(dataset, {})}["model"]
+            resolved = {**TRAINING_DEFAULTS, **section, **section.get("overrides", {}).get(dataset, {})}
+            model = resolved["model"]
             problem = incompatibility(model, info)
             if problem:
                 problems.append(f"training.{name}: model {model!r} on dataset {dataset!r}: {problem}")
+            elif "split_point" in resolved:
+                with torch.device("meta"):  # only the structure is needed: allocate no weights
+                    points = build_model(model, info).split_points
+                if resolved["split_point"] not in points:
+                    problems.append(f"training.{name}: split_point {resolved['split_point']!r} is not a split point "
+                                    f"of model {model!r}; known: {', '.join(points)}")
     return problems
 
 

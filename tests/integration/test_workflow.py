@@ -38,7 +38,8 @@ def run(cmd: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
 
 
 def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_path, tiny_params):
-    tiny_params["suites"]["tiny"]["methods"] = ["fedavg", "fedprox", "fedlc"]
+    # a split-federated method runs through the same DAG, tracking and tables as federated ones
+    tiny_params["suites"]["tiny"]["methods"] = ["fedavg", "scala", "fedlc"]
     root = make_copy(tmp_path, tiny_params)
     # 4 cores, 1 thread per training job: four training jobs write to one MLflow store at once.
     result = run([venv_bin("snakemake"), "--cores", "4"], root)
@@ -55,9 +56,10 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     assert len(list((root / "data/partitions/digits").glob("*/seed*.png"))) == 2 * 2
 
     table = (root / "results/tables/tiny.md").read_text()
-    for method in ("fedavg", "fedprox", "fedlc"):
+    for method in ("fedavg", "scala", "fedlc"):
         assert f"| {method} |" in table
     assert "digits / dir0.5" in table and "(n=2)" in table
+    assert "Traffic over the whole run, MB sent up / down" in table
     csv = pd.read_csv(root / "results/tables/tiny.csv")
     assert len(csv) == 2 * 3 and set(csv["seeds"]) == {2}
     assert any("best_round" in column and "not reported" in column for column in csv.columns)
@@ -84,6 +86,8 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
         tags = mlflow_run.data.tags
         assert {"git.commit", "git.dirty", "fedskew.config_hash", "fedskew.partition_hash"} <= set(tags)
         assert mlflow_run.data.params["training.lr"] == "0.05"
+        if mlflow_run.data.params["method_spec.algorithm"] == "scala":  # split traffic, per round
+            assert len(client.get_metric_history(mlflow_run.info.run_id, "bytes_up_activations")) == rounds
         artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id)}
         assert {"history.csv", "metrics.json", "config.yaml"} <= artifacts
         assert any(a.endswith(".png") for a in artifacts)

@@ -57,6 +57,10 @@ BAD_INPUTS = [
      ["run.suites[1]", "'huge'"]),
     ("unknown model", lambda p: p["training"]["tiny"].update(model="resnet1000"),
      ["training.tiny.model", "'resnet1000'", "cnn"]),
+    ("split point the model does not have", lambda p: p["training"]["tiny"].update(split_point="S2"),
+     ["training.tiny", "split_point 'S2'", "model 'mlp'", "relu1", "relu2"]),
+    ("split method with an unknown hyperparameter", lambda p: p["methods"].update(s={"algorithm": "scala", "tau": 1}),
+     ["methods.s", "tau", "local_iterations", "server_batch"]),
 ]
 
 
@@ -99,8 +103,8 @@ def test_run_id_is_a_hash_of_the_resolved_config():
 
 
 def test_schema_knows_exactly_the_registered_algorithms_and_hyperparameters():
+    from fedskew.algorithms import ALGORITHMS
     from fedskew.config import SCHEMA_PATH
-    from fedskew.fl import ALGORITHMS
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     method = schema["$defs"]["method"]
@@ -124,3 +128,25 @@ def test_cli_validate_fails_cleanly_on_a_bad_file(tmp_path, capsys):
     assert main(["--params", str(tmp_path / "params.yaml"), "validate"]) == 2
     err = capsys.readouterr().err
     assert "training.tiny.rounds" in err and "Traceback" not in err
+
+
+def test_cli_methods_lists_every_method_with_family_and_defaults(capsys):
+    from fedskew.algorithms import ALGORITHMS
+    from fedskew.cli import main
+
+    assert main(["methods"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line for line in lines if line and not line.startswith(" ")}
+    assert set(listed) == set(ALGORITHMS)
+    assert "[federated] mu=0.01" in listed["fedprox"]
+    assert "[split] local_iterations=5, server_batch=320" in listed["scala"]
+    assert "lam=0.1, logit_weight=0.005" in listed["feded"]
+
+
+def test_cli_models_lists_split_points_and_defaults(capsys):
+    from fedskew.cli import main
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "alexnet    split points: S2 (after relu4), S1 (after pool2)" in out and "default S2" in out
+    assert "cnn        split points: pool, relu1, relu3; default pool" in out

@@ -14,11 +14,12 @@ VECTOR = DatasetInfo((60,), 10, False, True)
 CIFAR_LIKE = DatasetInfo((3, 32, 32), 100, True, False)
 INFOS = {"digits": DIGITS, "vector": VECTOR, "cifar_like": CIFAR_LIKE}
 
-# Which (model, dataset) pairs must work, decided by hand: cnn needs images.
+# Which (model, dataset) pairs must work, decided by hand: cnn and alexnet need images.
 SUPPORTED = {
     ("logreg", "digits"), ("logreg", "vector"), ("logreg", "cifar_like"),
     ("mlp", "digits"), ("mlp", "vector"), ("mlp", "cifar_like"),
     ("cnn", "digits"), ("cnn", "cifar_like"),
+    ("alexnet", "digits"), ("alexnet", "cifar_like"),
 }
 
 # Parameter counts by hand.
@@ -29,11 +30,14 @@ PARAM_COUNTS = {
     ("mlp", "vector"): (60 * 200 + 200) + (200 * 200 + 200) + (200 * 10 + 10),
     # conv1 1->16 3x3, conv2 16->32 3x3, fc1 32*4*4 -> 128, head 128 -> 10
     ("cnn", "digits"): (1 * 16 * 9 + 16) + (16 * 32 * 9 + 32) + (32 * 4 * 4 * 128 + 128) + (128 * 10 + 10),
+    # convs 1->64->192->384->256->256 (3x3), 8x8 pooled three times to 1x1: fc 256 -> 4096 -> 4096 -> 10
+    ("alexnet", "digits"): (1 * 64 * 9 + 64) + (64 * 192 * 9 + 192) + (192 * 384 * 9 + 384)
+    + (384 * 256 * 9 + 256) + (256 * 256 * 9 + 256) + (256 * 4096 + 4096) + (4096 * 4096 + 4096) + (4096 * 10 + 10),
 }
 
 
 def test_registry_has_the_expected_models() -> None:
-    assert {"logreg", "mlp", "cnn"} <= set(MODELS)
+    assert {"logreg", "mlp", "cnn", "alexnet"} <= set(MODELS)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -56,16 +60,9 @@ def test_model_forward_backward_and_split(name, dataset) -> None:
 
     batch = 5
     x = torch.randn(batch, *info.input_shape)
-    logits = model(x)
+    logits = model(x)  # training mode (dropout on, for the models that have it)
     assert logits.shape == (batch, info.num_classes)
     assert torch.isfinite(logits).all()
-
-    # the model is its body followed by its linear head
-    features = model.body(x)
-    assert features.ndim == 2 and features.shape[0] == batch
-    assert torch.equal(model.head(features), logits)
-    assert isinstance(model.head, torch.nn.Linear)
-    assert model.head.out_features == info.num_classes
 
     # backward reaches every parameter
     torch.nn.functional.cross_entropy(logits, torch.arange(batch) % info.num_classes).backward()
@@ -74,27 +71,42 @@ def test_model_forward_backward_and_split(name, dataset) -> None:
         assert torch.isfinite(param.grad).all(), pname
     assert model.head.weight.grad.abs().sum() > 0
 
-    # split points are stage names of the body, and cutting there composes to the body
+    # the model is its body followed by its linear head (dropout off, so passes can be compared)
+    model.eval()
+    features = model.body(x)
+    assert features.ndim == 2 and features.shape[0] == batch
+    assert torch.equal(model.head(features), model(x))
+    assert isinstance(model.head, torch.nn.Linear)
+    assert model.head.out_features == info.num_classes
+
+    # split points name stages of the body, and cutting at any of them composes back to the body
     stages = [stage for stage, _ in model.body.named_children()]
-    assert set(model.split_points) <= set(stages)
-    for point in model.split_points:
-        cut = stages.index(point) + 1
+    assert model.split_points and set(model.split_points.values()) <= set(stages)
+    for point, stage in model.split_points.items():
+        cut = stages.index(stage) + 1
         client_part, server_part = model.body[:cut], model.body[cut:]
         assert torch.equal(server_part(client_part(x)), features), point
 
 
 def test_batch_of_one_works() -> None:
-    for name in ("logreg", "mlp", "cnn"):
+    for name in MODELS:
         model = build_model(name, DIGITS)
         assert model(torch.randn(1, 1, 8, 8)).shape == (1, 10)
 
 
-def test_cnn_on_vectors_is_refused_with_a_clear_message() -> None:
-    message = incompatibility("cnn", VECTOR)
+@pytest.mark.parametrize("name", ["cnn", "alexnet"])
+def test_image_models_on_vectors_are_refused_with_a_clear_message(name) -> None:
+    message = incompatibility(name, VECTOR)
     assert message is not None
-    assert "image" in message and "cnn" in message
+    assert "image" in message and name in message
     with pytest.raises(ValueError, match="image"):
-        build_model("cnn", VECTOR)
+        build_model(name, VECTOR)
+
+
+def test_alexnet_refuses_images_its_three_pools_would_empty() -> None:
+    # 4 -> 2 -> 1 -> 0 pixels after the third pool: no features left for fc1
+    message = incompatibility("alexnet", DatasetInfo((1, 4, 4), 10, True, False))
+    assert message is not None and "8×8" in message
 
 
 def test_unknown_model_is_refused() -> None:

@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from fedskew import paths
+from fedskew.algorithms import ALGORITHMS
 from fedskew.engine.simulation import RunStopped, run_training
-from fedskew.fl import ALGORITHMS
 from tests.conftest import method_config, single_setting
 
 

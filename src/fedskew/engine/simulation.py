@@ -1,8 +1,10 @@
-"""The federated simulation loop: sample clients, train them locally, aggregate, evaluate.
+"""The simulation loop: sample clients, run the round, check, evaluate, checkpoint.
 
 One model object is re-loaded from state for every client; data stays in one set of
 tensors and a client is a set of indices into it. The loop has no per-method branches:
-everything method-specific goes through the FederatedAlgorithm hooks.
+a round is either the federated round below (local training through the
+FederatedAlgorithm hooks, then `aggregate`) or a split method's own `run_round`
+(fedskew.sfl); both return a RoundResult.
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ import numpy as np
 import torch
 
 from fedskew import paths
+from fedskew.algorithms import ALGORITHMS
 from fedskew.config import RunConfig
 from fedskew.data import registry
 from fedskew.data.partition import load_partition
 from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedskew.engine.evaluate import evaluate
 from fedskew.engine.sampling import client_seed, clients_per_round, derive_seed, sampling_schedule
-from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, TrainingSettings
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, RoundResult, TrainingSettings
 from fedskew.models import build_model
+from fedskew.models.split import SplitView, split_model
+from fedskew.sfl.base import SplitRound
 
 log = logging.getLogger(__name__)
+
+
+_SERVER_STREAM = 3  # randomness of the server side of a split round (see engine.sampling)
 
 
 class NonFiniteError(RuntimeError):
@@ -64,6 +71,18 @@ def tensor_bytes(obj: Any) -> int:
     return 0
 
 
+def check_finite(outcome: RoundResult, run_id: str, round_: int) -> None:
+    """The NaN guard: a client's loss or the new global model must be finite."""
+    for client_id, loss in outcome.client_losses.items():
+        if not math.isfinite(loss):
+            raise NonFiniteError(f"run {run_id}: non-finite training loss ({loss}) in round {round_}, client "
+                                 f"{client_id}; lower training.lr or check the method's hyperparameters")
+    for key, value in outcome.global_state.items():
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise NonFiniteError(f"run {run_id}: aggregated model has non-finite values in {key!r} after round "
+                                 f"{round_} (clients {sorted(outcome.client_losses)})")
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -97,6 +116,23 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
                         algorithm.client_payload(model, client, steps))
 
 
+def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
+                    clients: list[ClientContext], x: torch.Tensor, y: torch.Tensor, run_id: str) -> RoundResult:
+    """Local training of every participant from the global model, then the method's `aggregate`."""
+    updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
+    for client in clients:
+        torch.manual_seed(client.seed)  # dropout and other model randomness: per client, order-free
+        traffic["down_weights"] += tensor_bytes(global_state)
+        traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
+        update = train_client(algorithm, model, global_state, x, y, client, run_id)
+        traffic["up_weights"] += tensor_bytes(update.state)
+        traffic["up_payload"] += tensor_bytes(update.payload)
+        updates.append(update)
+    return RoundResult(algorithm.aggregate(global_state, updates),
+                       {u.client_id: u.train_loss for u in updates},
+                       {u.client_id: u.num_samples for u in updates}, traffic)
+
+
 def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int | None = None,
                  threads: int | None = None) -> RunResult:
     """Run (or resume) one configuration to its last round and return its history.
@@ -128,7 +164,13 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     method_spec = dict(cfg.method_spec)
     algorithm = ALGORITHMS[method_spec.pop("algorithm")](settings, num_clients, data.num_classes, **method_spec)
     algorithm.set_label_counts(label_counts)
-    model = algorithm.adapt_model(build_model(training["model"], info)).to(device)
+    model = build_model(training["model"], info)
+    view: SplitView | None = None
+    if algorithm.family == "split":
+        view = split_model(model, training.get("split_point") or model.default_split)
+    else:
+        model = algorithm.adapt_model(model)
+    model = model.to(device)
     rounds = training["rounds"]
     schedule = sampling_schedule(cfg.seed, num_clients, clients_per_round(num_clients, training["participation"]),
                                  rounds)
@@ -149,36 +191,38 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     round_ = start
     try:
         for round_ in range(start, rounds + 1):
-            updates, bytes_down = [], 0
-            for client_id in schedule[round_ - 1]:
-                client_id = int(client_id)
+            clients = []
+            for client_id in sorted(int(c) for c in schedule[round_ - 1]):
                 seed = client_seed(cfg.seed, round_, client_id)
-                torch.manual_seed(seed)  # dropout and other model randomness: per client, order-free
-                client = ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
-                                       torch.Generator().manual_seed(seed))
-                bytes_down += tensor_bytes(global_state) + tensor_bytes(algorithm.download_payload(client))
-                updates.append(train_client(algorithm, model, global_state, x_train, y_train, client, cfg.run_id))
-            global_state = algorithm.aggregate(global_state, updates)
-            for key, value in global_state.items():
-                if value.is_floating_point() and not torch.isfinite(value).all():
-                    raise NonFiniteError(f"run {cfg.run_id}: aggregated model has non-finite values in {key!r} "
-                                         f"after round {round_} (clients {[u.client_id for u in updates]})")
-            total = sum(u.num_samples for u in updates)
+                clients.append(ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
+                                             torch.Generator().manual_seed(seed), seed))
+            if view is None:
+                outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id)
+            else:
+                torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
+                outcome = algorithm.run_round(SplitRound(
+                    round_, view, global_state, clients, x_train, y_train,
+                    torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))))
+            check_finite(outcome, cfg.run_id, round_)
+            global_state = outcome.global_state
+            total = sum(outcome.client_samples.values())
             row: dict[str, Any] = {
                 "round": round_,
-                "train_loss": sum(u.train_loss * u.num_samples for u in updates) / total,
-                "clients": len(updates),
-                "bytes_up": sum(tensor_bytes(u.state) + tensor_bytes(u.payload) for u in updates),
-                "bytes_down": bytes_down,
-                **{f"method_{key}": value for key, value in algorithm.round_metrics().items()},
+                "train_loss": sum(outcome.client_losses[c] * n for c, n in outcome.client_samples.items()) / total,
+                "clients": len(clients),
+                "bytes_up": sum(v for k, v in outcome.traffic.items() if k.startswith("up_")),
+                "bytes_down": sum(v for k, v in outcome.traffic.items() if k.startswith("down_")),
+                **{f"bytes_{key}": value for key, value in sorted(outcome.traffic.items())},
             }
             if round_ % training["eval_every"] == 0 or round_ == rounds:
-                model.load_state_dict(global_state)
-                metrics = evaluate(model, x_test, y_test, data.num_classes)
+                metrics = algorithm.evaluate_global(
+                    model, global_state, lambda m: evaluate(m, x_test, y_test, data.num_classes))
                 row.update({f"test_{k}": v for k, v in metrics.items() if k != "per_class_acc"})
                 row.update({f"test_acc_class{c}": v for c, v in enumerate(metrics["per_class_acc"])})
                 if show_progress:
                     print(f"\r{cfg.run_id} round {round_}/{rounds} acc {metrics['acc']:.4f}", end="", file=sys.stderr)
+            # after evaluation: a method may report numbers from it (SplitFedV3's personalised accuracy)
+            row.update({f"method_{key}": value for key, value in algorithm.round_metrics().items()})
             history.append(row)
             if round_ % training["checkpoint_every"] == 0 or round_ == rounds or round_ == stop_after_round:
                 save_checkpoint(checkpoint_dir, {
@@ -192,7 +236,10 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         raise
     if show_progress:
         print(file=sys.stderr)
-    return RunResult(history, summarise(history), start - 1)
+    final = summarise(history)
+    if view is not None:  # the cut used, also when params.yaml left it to the model's default
+        final["split_point"] = view.point
+    return RunResult(history, final, start - 1)
 
 
 def summarise(history: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,20 +13,23 @@ from fedskew.fl.base import FederatedAlgorithm
 _NOT_METHODS = {"base", "losses"}
 
 
-def _discover() -> dict[str, type[FederatedAlgorithm]]:
-    found: dict[str, type[FederatedAlgorithm]] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name in _NOT_METHODS:
+def discover(package: str, path: list[str], base: type, skip: set[str]) -> dict[str, type]:
+    """Every subclass of `base` that sets its own `name` in the modules of `package`, by name."""
+    found: dict[str, type] = {}
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        if info.name in skip:
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        module = importlib.import_module(f"{package}.{info.name}")
         for obj in vars(module).values():
-            if (isinstance(obj, type) and issubclass(obj, FederatedAlgorithm) and obj.__module__ == module.__name__
+            if (isinstance(obj, type) and issubclass(obj, base) and obj.__module__ == module.__name__
                     and "name" in vars(obj)):
                 if obj.name in found and found[obj.name] is not obj:
                     raise RuntimeError(f"two algorithms are named {obj.name!r}: {found[obj.name]} and {obj}")
                 found[obj.name] = obj
-    # FedAvg first (the baseline), then alphabetical.
-    return dict(sorted(found.items(), key=lambda item: (item[0] != "fedavg", item[0])))
+    return found
 
 
-ALGORITHMS: dict[str, type[FederatedAlgorithm]] = _discover()
+# FedAvg first (the baseline), then alphabetical.
+ALGORITHMS: dict[str, type[FederatedAlgorithm]] = dict(sorted(
+    discover(__name__, __path__, FederatedAlgorithm, _NOT_METHODS).items(),
+    key=lambda item: (item[0] != "fedavg", item[0])))

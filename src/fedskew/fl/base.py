@@ -21,6 +21,7 @@ The engine (fedskew.engine) owns the loop and contains no per-method branches.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +41,7 @@ class ClientContext:
     indices: torch.Tensor
     label_counts: torch.Tensor
     generator: torch.Generator
+    seed: int = 0  # the (seed, round, client) seed the generator was made from; also seeds dropout
 
     @property
     def num_samples(self) -> int:
@@ -58,6 +60,20 @@ class ClientUpdate:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class RoundResult:
+    """What one round of any method produces, for the engine to check, log and checkpoint.
+
+    `traffic` counts bytes by direction and kind, keys "up_<kind>" / "down_<kind>"
+    (kinds: weights, payload, activations, labels, gradients).
+    """
+
+    global_state: StateDict
+    client_losses: dict[int, float]   # mean training loss per participant (the NaN guard names the client)
+    client_samples: dict[int, int]    # |D_k| per participant (weights the round's training loss)
+    traffic: dict[str, int]
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     """The local-training settings every method receives (from params.yaml `training`)."""
@@ -69,10 +85,12 @@ class TrainingSettings:
     weight_decay: float
 
 
-class FederatedAlgorithm:
-    """FedAvg (McMahan et al., 2017); the base every other federated method refines."""
+class Algorithm:
+    """What every method, federated or split-federated, shares: a name, hyperparameters with
+    paper defaults, state kept across rounds, and how its model is evaluated."""
 
-    name: ClassVar[str] = "fedavg"
+    name: ClassVar[str]
+    family: ClassVar[str]  # "federated" or "split": the engine runs the family's round
     # Hyperparameters with the paper defaults; params.yaml may override each one.
     hyperparameters: ClassVar[dict[str, float | bool]] = {}
 
@@ -95,6 +113,42 @@ class FederatedAlgorithm:
         self.num_classes = num_classes
         self.hp = {**self.hyperparameters, **hyperparameters}
 
+    def set_label_counts(self, label_counts: torch.Tensor) -> None:
+        """Every client's label counts [num_clients, C], given once before training.
+
+        Only for methods whose papers use global class statistics (FL-FCR's N_c); a
+        method that uses them must say so, since real clients would have to share them.
+        """
+
+    def evaluate_global(self, model: nn.Module, global_state: StateDict,
+                        evaluate: Callable[[nn.Module], dict]) -> dict:
+        """Test metrics of the trained model: by default the global model's.
+
+        A method whose result is not one global model (SplitFedV3's personal client
+        parts) says here how it is evaluated.
+        """
+        model.load_state_dict(global_state)
+        return evaluate(model)
+
+    def round_metrics(self) -> dict[str, float]:
+        """Method-specific numbers of the last round (e.g. FedEXP's server step), logged per round."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """State kept across rounds; saved in checkpoints for bit-identical resume."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{self.name} keeps no state, but the checkpoint holds {sorted(state)}")
+
+
+class FederatedAlgorithm(Algorithm):
+    """FedAvg (McMahan et al., 2017); the base every other federated method refines."""
+
+    name: ClassVar[str] = "fedavg"
+    family: ClassVar[str] = "federated"
+
     # ------------------------------------------------------------------- the model
     def adapt_model(self, model: nn.Module) -> nn.Module:
         """Change the architecture where the method's paper does (e.g. MOON's projection head).
@@ -102,13 +156,6 @@ class FederatedAlgorithm:
         Called once, before the initial global model is taken from it.
         """
         return model
-
-    def set_label_counts(self, label_counts: torch.Tensor) -> None:
-        """Every client's label counts [num_clients, C], given once before training.
-
-        Only for methods whose papers use global class statistics (FL-FCR's N_c); a
-        method that uses them must say so, since real clients would have to share them.
-        """
 
     # ----------------------------------------------------------------- client side
     def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
@@ -153,18 +200,6 @@ class FederatedAlgorithm:
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
         return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
 
-    def round_metrics(self) -> dict[str, float]:
-        """Method-specific numbers of the last round (e.g. FedEXP's server step), logged per round."""
-        return {}
-
-    # ------------------------------------------------------------- persistent state
-    def state_dict(self) -> dict[str, Any]:
-        """State kept across rounds; saved in checkpoints for bit-identical resume."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            raise ValueError(f"{self.name} keeps no state, but the checkpoint holds {sorted(state)}")
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

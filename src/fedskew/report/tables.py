@@ -2,8 +2,11 @@
 
 Rows are methods, columns are settings (dataset / partition), cells are the
 final-round test accuracy in %, mean ± sample standard deviation over seeds, with
-the seed count. The CSV adds balanced accuracy and the best-round accuracy, labelled
-as such: best-round figures are never the reported number.
+the seed count. Under it, the same grid gives each method's traffic over the whole run
+(MB up / down: weights, activations, labels, gradients, statistics — whatever the
+method sends), so that FL and split-FL methods can be read side by side. The CSV adds
+balanced accuracy and the best-round accuracy, labelled as such: best-round figures
+are never the reported number.
 """
 
 from __future__ import annotations
@@ -53,11 +56,20 @@ def _cell(mean: float, std: float, n: int, diverged: int = 0) -> str:
     return f"{100 * mean:.2f} ± {spread} (n={n}{note})"
 
 
-def wide_table(summary: pd.DataFrame) -> pd.DataFrame:
+def _traffic_cell(up: float, down: float) -> str:
+    return "n/a" if math.isnan(up) else f"{up / 1e6:.2f} / {down / 1e6:.2f}"
+
+
+def wide_table(summary: pd.DataFrame, traffic: bool = False) -> pd.DataFrame:
+    """Methods x settings: accuracy cells, or (traffic=True) MB up / down over the run."""
     summary = summary.assign(setting=summary["dataset"] + " / " + summary["partition"])
-    summary["cell"] = [_cell(m, s, n, d) for m, s, n, d in
-                       zip(summary[f"{REPORTED}_mean"], summary[f"{REPORTED}_std"], summary["seeds"],
-                           summary["diverged"])]
+    if traffic:
+        summary["cell"] = [_traffic_cell(u, d) for u, d in
+                           zip(summary["total_bytes_up_mean"], summary["total_bytes_down_mean"])]
+    else:
+        summary["cell"] = [_cell(m, s, n, d) for m, s, n, d in
+                           zip(summary[f"{REPORTED}_mean"], summary[f"{REPORTED}_std"], summary["seeds"],
+                               summary["diverged"])]
     table = summary.pivot(index="method", columns="setting", values="cell")
     methods = list(dict.fromkeys(summary["method"]))
     settings = list(dict.fromkeys(summary["setting"]))
@@ -91,12 +103,19 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _markdown(table: pd.DataFrame, suite: str, protocol: list[str]) -> str:
+def _markdown_grid(table: pd.DataFrame) -> str:
     header = "| method | " + " | ".join(table.columns) + " |"
     rule = "|---" * (len(table.columns) + 1) + "|"
     rows = [f"| {method} | " + " | ".join(row) + " |" for method, row in zip(table.index, table.values)]
+    return "\n".join([header, rule, *rows])
+
+
+def _markdown(table: pd.DataFrame, traffic: pd.DataFrame, suite: str, protocol: list[str]) -> str:
     notes = "\n".join(f"- {line}" for line in protocol)
-    return f"# Suite `{suite}`\n\n{header}\n{rule}\n" + "\n".join(rows) + f"\n\nProtocol:\n\n{notes}\n"
+    return (f"# Suite `{suite}`\n\n{_markdown_grid(table)}\n\n"
+            "Traffic over the whole run, MB sent up / down (mean over the seeds; every byte a method "
+            f"sends: weights, activations, labels, gradients, statistics):\n\n{_markdown_grid(traffic)}\n\n"
+            f"Protocol:\n\n{notes}\n")
 
 
 def _latex(table: pd.DataFrame, suite: str) -> str:
@@ -119,7 +138,7 @@ def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str
     table = wide_table(summary)
     out = {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in ("md", "csv", "tex", "json")}
     protocol = protocol_lines(params, suite)
-    _atomic_write(out["md"], _markdown(table, suite, protocol))
+    _atomic_write(out["md"], _markdown(table, wide_table(summary, traffic=True), suite, protocol))
     _atomic_write(out["tex"], _latex(table, suite))
     csv = summary.rename(columns={"best_acc_mean": "best_round_acc_mean (not reported)",
                                   "best_acc_std": "best_round_acc_std (not reported)"})
@@ -130,7 +149,9 @@ def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str
 
     flat = {f"{r.dataset}/{r.partition}/{r.method}": {"final_acc_mean": number(r.final_acc_mean),
                                                       "final_acc_std": number(r.final_acc_std),
-                                                      "seeds": int(r.seeds), "diverged": int(r.diverged)}
+                                                      "seeds": int(r.seeds), "diverged": int(r.diverged),
+                                                      "mb_up_mean": number(r.total_bytes_up_mean / 1e6),
+                                                      "mb_down_mean": number(r.total_bytes_down_mean / 1e6)}
             for r in summary.itertuples()}
     _atomic_write(out["json"], json.dumps(flat, indent=2) + "\n")
     return out

@@ -1,0 +1,185 @@
+"""What every split-federated method shares: the round's shape and its building blocks.
+
+A round of split FL (SCALA §3.1.2, Algorithm 2, and the SplitFed family):
+
+1. the server samples clients (the engine's schedule, the same as for FL methods) and
+   sends each the client part w_c (counted as `down_weights`);
+2. for T = `local_iterations` iterations, each participating client k draws a minibatch
+   of B_k samples (`minibatch_sizes`: SCALA Eq. 3 with B = `server_batch`, used by every SFL method here so
+   that they differ only in what the paper of each changes), computes activations A_k
+   of its client part and sends them with their labels (`up_activations`,
+   `up_labels`); the server runs its part and, except in SFLLocalLoss, returns
+   ∇_{A_k} (`down_gradients`); the client back-propagates and steps;
+3. the clients send their client parts (`up_weights`) and the server aggregates.
+
+A method implements `run_round`. Every client part and every per-client server copy
+is a `PartCopy`: a dict of tensors run through the shared module with
+`torch.func.functional_call`, so a round holds one copy per *participant* (never one
+per registered client) and the model object itself is never mutated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from fedskew.fl.base import Algorithm, ClientContext, RoundResult, StateDict, TrainingSettings, weighted_average
+from fedskew.fl.losses import logit_adjusted_cross_entropy
+from fedskew.models.split import SplitView
+
+
+@dataclass
+class SplitRound:
+    """Everything a split method needs for one round."""
+
+    round: int
+    view: SplitView
+    global_state: StateDict           # the full model's state (client part + server part)
+    clients: list[ClientContext]      # the participants in ascending id, each with its own generator
+    x: torch.Tensor                   # all training data; a client is its indices
+    y: torch.Tensor
+    generator: torch.Generator        # the server's randomness of this round (e.g. SplitFedV2's order)
+
+
+def minibatch_sizes(client_sizes: list[int], batch_size: int) -> list[int]:
+    """SCALA Eq. 3: B_k = |D_k|·B / Σ_j |D_j| over the participants.
+
+    Rounded half up, at least 1 (every participant takes part in every iteration) and at
+    most |D_k| (a client cannot send more distinct samples than it holds). Rounding makes
+    Σ B_k differ from B by at most one sample per client; the exact sizes are logged with
+    the traffic they cause.
+    """
+    total = sum(client_sizes)
+    return [min(size, max(1, math.floor(size * batch_size / total + 0.5))) for size in client_sizes]
+
+
+class BatchStream:
+    """A client's minibatches for one round: a reshuffled pass over its data, `size` at a time.
+
+    A batch never straddles two passes: when fewer than `size` samples are left, a new
+    permutation is drawn from the client's own generator (order-free across clients).
+    """
+
+    def __init__(self, client: ClientContext, size: int):
+        self.client, self.size = client, size
+        self._order = torch.empty(0, dtype=torch.long)
+
+    def next(self) -> torch.Tensor:
+        if self._order.numel() < self.size:
+            self._order = self.client.indices[torch.randperm(self.client.num_samples,
+                                                             generator=self.client.generator)]
+        batch, self._order = self._order[:self.size], self._order[self.size:]
+        return batch
+
+
+class PartCopy:
+    """One copy of a model part (a client's client part, a per-client server copy) with its optimiser."""
+
+    def __init__(self, module: nn.Module, state: StateDict, settings: TrainingSettings):
+        self.module = module
+        names = [name for name, _ in module.named_parameters()]
+        self.state = {key: value.detach().clone() for key, value in state.items()}
+        self.parameters = [self.state[name].requires_grad_(True) for name in names]
+        self.optimizer = torch.optim.SGD(self.parameters, lr=settings.lr, momentum=settings.momentum,
+                                         weight_decay=settings.weight_decay)
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, self.state, (inputs,))
+
+    def step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def detached_state(self) -> StateDict:
+        return {key: value.detach().clone() for key, value in self.state.items()}
+
+
+def tensor_bytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def state_bytes(state: StateDict) -> int:
+    return sum(tensor_bytes(v) for v in state.values())
+
+
+def adjusted_cross_entropy(logits: torch.Tensor, y: torch.Tensor, counts: torch.Tensor | None) -> torch.Tensor:
+    """Cross entropy with logits adjusted by log P(y) from `counts` (SCALA Eq. 14/15); plain CE for None."""
+    return F.cross_entropy(logits, y) if counts is None else logit_adjusted_cross_entropy(logits, y, counts)
+
+
+class SplitAlgorithm(Algorithm):
+    """The base of split-federated methods: the engine calls `run_round` once per round."""
+
+    family: ClassVar[str] = "split"
+    # SCALA §5.1: T = 5 local iterations per round, B = 320 samples per iteration at the server,
+    # split over the participants by Eq. 3. They are method settings, not training.batch_size
+    # (which stays the per-client batch of federated methods), so that FL and SFL methods can
+    # share one training section and each keep its paper's protocol.
+    hyperparameters = {"local_iterations": 5, "server_batch": 320}
+
+    def run_round(self, rnd: SplitRound) -> RoundResult:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- helpers
+    def client_copies(self, rnd: SplitRound, state: StateDict | None = None) -> list[PartCopy]:
+        """One copy of the client part per participant, from `state` (default: the global client part)."""
+        state = rnd.view.client_state(rnd.global_state) if state is None else state
+        return [PartCopy(rnd.view.client, state, self.settings) for _ in rnd.clients]
+
+    def server_copy(self, rnd: SplitRound) -> PartCopy:
+        """A copy of the global server part (SCALA and SplitFedV2 train one, V1/V3 one per client)."""
+        return PartCopy(rnd.view.server, rnd.view.server_state(rnd.global_state), self.settings)
+
+    @staticmethod
+    def loss_sums(rnd: SplitRound) -> list[torch.Tensor]:
+        """One running loss per participant, on the data's device (one sync per round, not per step)."""
+        return [torch.zeros((), device=rnd.x.device) for _ in rnd.clients]
+
+    def streams(self, rnd: SplitRound) -> tuple[list[BatchStream], list[int]]:
+        sizes = minibatch_sizes([c.num_samples for c in rnd.clients], int(self.hp["server_batch"]))
+        return [BatchStream(c, b) for c, b in zip(rnd.clients, sizes)], sizes
+
+    @staticmethod
+    def average(states: list[StateDict], clients: list[ClientContext]) -> StateDict:
+        """Eq. 10: average weighted by |D_k| over the participants."""
+        return weighted_average(states, [c.num_samples for c in clients])
+
+    @staticmethod
+    def result(rnd: SplitRound, global_state: StateDict, loss_sums: list[torch.Tensor], steps: int,
+               traffic: dict[str, int]) -> RoundResult:
+        return RoundResult(
+            global_state=global_state,
+            client_losses={c.client_id: float(s) / max(steps, 1) for c, s in zip(rnd.clients, loss_sums)},
+            client_samples={c.client_id: c.num_samples for c in rnd.clients},
+            traffic=traffic,
+        )
+
+
+def split_step(worker: PartCopy, server: PartCopy, x: torch.Tensor, y: torch.Tensor,
+               traffic: dict[str, int]) -> torch.Tensor:
+    """One step of vanilla split learning for one client: activations up, ∇_A down, both parts step.
+
+    The gradient sent back is taken with the server weights before its step (as in SCALA Eq. 8).
+    Returns the (detached) cross-entropy loss.
+    """
+    activations = worker(x)
+    received = activations.detach().requires_grad_(True)
+    loss = F.cross_entropy(server(received), y)
+    loss.backward()  # gradients of the server part and of the received activations, with w_s^t
+    server.step()
+    activations.backward(received.grad)
+    worker.step()
+    traffic["up_activations"] += tensor_bytes(received)
+    traffic["up_labels"] += tensor_bytes(y)
+    traffic["down_gradients"] += tensor_bytes(received.grad)
+    return loss.detach()
+
+
+def new_traffic() -> dict[str, int]:
+    return {"down_weights": 0, "up_activations": 0, "up_labels": 0, "down_gradients": 0, "up_weights": 0}
