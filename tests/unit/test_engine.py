@@ -356,3 +356,17 @@ def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeyp
         save_checkpoint(tmp_path, {"run_id": "abc", "round": 4})
     monkeypatch.setattr(torch, "save", real_save)
     assert load_checkpoint(tmp_path, "abc")["round"] == 2
+
+
+def test_device_auto_picks_cuda_only_when_present_and_cuda_without_gpu_fails_clearly(monkeypatch) -> None:
+    import torch
+
+    from fedskew.engine.simulation import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="no CUDA device.*'cpu' or 'auto'"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")

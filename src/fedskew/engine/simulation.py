@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,9 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     if device.type == "cuda":
         # CPU kernels used here are deterministic already; on GPU ask for deterministic
         # kernels where they exist (some remain non-deterministic: see the README).
+        # cuBLAS needs a fixed workspace for deterministic matmuls (read at CUDA init).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
         torch.use_deterministic_algorithms(True, warn_only=True)
 
     data = registry.load(cfg.dataset, cfg.dataset_spec, root)

@@ -5,11 +5,11 @@ A round of split FL (SCALA §3.1.2, Algorithm 2, and the SplitFed family):
 1. the server samples clients (the engine's schedule, the same as for FL methods) and
    sends each the client part w_c (counted as `down_weights`);
 2. for T = `local_iterations` iterations, each participating client k draws a minibatch
-   of B_k samples (`minibatch_sizes`: SCALA Eq. 3 with B = `server_batch`, used by every SFL method here so
-   that they differ only in what the paper of each changes), computes activations A_k
-   of its client part and sends them with their labels (`up_activations`,
-   `up_labels`); the server runs its part and, except in SFLLocalLoss, returns
-   ∇_{A_k} (`down_gradients`); the client back-propagates and steps;
+   of B_k samples (`minibatch_sizes`: SCALA Eq. 3 with B = `server_batch`; every SFL
+   method here uses it, so that the methods differ only in what their papers change),
+   computes activations A_k of its client part and sends them with their labels
+   (`up_activations`, `up_labels`); the server runs its part and, except in
+   SFLLocalLoss, returns ∇_{A_k} (`down_gradients`); the client back-propagates and steps;
 3. the clients send their client parts (`up_weights`) and the server aggregates.
 
 A method implements `run_round`. Every client part and every per-client server copy
