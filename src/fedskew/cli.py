@@ -133,18 +133,17 @@ def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
 def cmd_models(params: Params | None, args: argparse.Namespace) -> None:
     import torch
 
-    from fedskew.data.registry import DatasetInfo
-    from fedskew.models import IMAGE_ONLY, MODELS, build_model
+    from fedskew.models import MODELS, build_model, example_info
 
     for name in MODELS:
         # Split points do not depend on the input size; build the structure only (no weights).
-        info = DatasetInfo((3, 32, 32) if name in IMAGE_ONLY else (64,), 10, name in IMAGE_ONLY, False)
+        info = example_info(name)
         with torch.device("meta"):
             model = build_model(name, info)
         points = ", ".join(f"{point} (after {stage})" if point != stage else point
                            for point, stage in model.split_points.items())
         doc = (MODELS[name].__doc__ or "").strip().splitlines()[0]
-        print(f"{name:10s} split points: {points}; default {model.default_split}\n{'':10s} {doc}")
+        print(f"{name:16s} split points: {points}; default {model.default_split}\n{'':16s} {doc}")
 
 
 def build_parser() -> argparse.ArgumentParser:

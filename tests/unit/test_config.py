@@ -148,5 +148,6 @@ def test_cli_models_lists_split_points_and_defaults(capsys):
 
     assert main(["models"]) == 0
     out = capsys.readouterr().out
-    assert "alexnet    split points: S2 (after relu4), S1 (after pool2)" in out and "default S2" in out
-    assert "cnn        split points: pool, relu1, relu3; default pool" in out
+    assert "alexnet          split points: S2 (after relu4), S1 (after pool2)" in out and "default S2" in out
+    assert "cnn              split points: pool, relu1, relu3; default pool" in out
+    assert "resnet18         split points:" in out

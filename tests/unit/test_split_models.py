@@ -1,7 +1,9 @@
 """Cutting every registered model at every split point changes nothing: the client part then
 the server part computes the model's logits, and training the parts the split-learning way
 (the server sends back d loss / d activations) gives every parameter the model's gradient.
-Plus the key maps, the state round-trip, and SCALA's AlexNet built and cut as described."""
+Plus the key maps, the state round-trip, and SCALA's AlexNet built and cut as described.
+BatchNorm models are compared in both modes: in train mode the statistics are the batch's,
+and both passes run the same modules on the same batch."""
 
 from __future__ import annotations
 
@@ -16,10 +18,15 @@ from tests.unit.helpers import DIGITS_INFO
 
 CIFAR_INFO = DatasetInfo((3, 32, 32), 10, True, False)
 FMNIST_INFO = DatasetInfo((1, 28, 28), 10, True, False)
-INFOS = {"digits": DIGITS_INFO, "cifar": CIFAR_INFO, "fmnist": FMNIST_INFO}
+SIDE16_INFO = DatasetInfo((1, 16, 16), 10, True, False)
+INFOS = {"digits": DIGITS_INFO, "cifar": CIFAR_INFO, "fmnist": FMNIST_INFO, "side16": SIDE16_INFO}
 
-# Every model on the digits shape; AlexNet also on the two shapes SCALA uses.
-CASES = [(name, "digits") for name in MODELS] + [("alexnet", "cifar"), ("alexnet", "fmnist")]
+# Every model on one shape it supports, the cheapest: the digits unless listed here. FedLC's
+# CNNs take only their tables' shapes; ResNet-18 and MobileNetV2 need a side of 16 or more.
+SHAPE_FOR = {"fedlc_cnn_mnist": "fmnist", "fedlc_cnn_cifar": "cifar", "resnet18": "side16", "mobilenetv2": "side16"}
+MODEL_CASES = [(name, SHAPE_FOR.get(name, "digits")) for name in MODELS]
+# AlexNet also on the two shapes SCALA uses.
+CASES = MODEL_CASES + [("alexnet", "cifar"), ("alexnet", "fmnist")]
 
 BATCH = 3
 Grads = dict[str, torch.Tensor]
@@ -109,9 +116,9 @@ def test_part_states_round_trip_to_the_model_state(name: str, dataset: str) -> N
         assert all(torch.equal(merged[key], state[key]) for key in state), point
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_unknown_split_point_is_refused_naming_the_known_ones(name: str) -> None:
-    model = _build(name, "digits")
+@pytest.mark.parametrize("name, dataset", MODEL_CASES)
+def test_unknown_split_point_is_refused_naming_the_known_ones(name: str, dataset: str) -> None:
+    model = _build(name, dataset)
     with pytest.raises(ValueError) as error:
         split_model(model, "no-such-point")
     assert "no-such-point" in str(error.value)

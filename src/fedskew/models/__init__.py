@@ -3,6 +3,11 @@
 Methods that use features (MOON, FedDecorr, FL-FCR, FedNTD) call `model.body` and
 `model.head` separately; split learning cuts `model.body` at one of `split_points`
 (a name → the body stage after which the cut falls; see `fedskew.models.split`).
+
+The small generic nets and SCALA's AlexNet are here; the papers' other models live in
+`paper_nets` (FedLC's CNNs, FedED's DNN, FL-FCR's MLP and CNN), `resnet` (ResNet-18/32)
+and `mobilenet` (MobileNetV2). `NEEDS` says what each model needs of its inputs, and
+`incompatibility` turns that into a message naming the model, its need and the dataset's shape.
 """
 
 from __future__ import annotations
@@ -10,38 +15,17 @@ from __future__ import annotations
 from collections import OrderedDict
 from math import prod
 
-import torch
 from torch import nn
 
 from fedskew.data.registry import DatasetInfo
+from fedskew.models.mobilenet import mobilenetv2
+from fedskew.models.net import InputNeeds, SplittableNet
+from fedskew.models.paper_nets import (FEDLC_CIFAR_SHAPE, FEDLC_MNIST_SHAPE, fed_dnn, fedlc_cnn_cifar,
+                                       fedlc_cnn_mnist, flfcr_cnn, flfcr_mlp)
+from fedskew.models.resnet import resnet18, resnet32
 
-
-class SplittableNet(nn.Module):
-    """body: nn.Sequential of named stages producing features; head: the linear classifier.
-
-    `split_points` maps a split point's name to the body stage after which the model is cut
-    (a model's own names, e.g. AlexNet's S1–S5, or simply the stage name); the first
-    entry is the default split.
-    """
-
-    def __init__(self, stages: OrderedDict[str, nn.Module], feature_dim: int, num_classes: int,
-                 split_points: dict[str, str] | tuple[str, ...]):
-        super().__init__()
-        self.body = nn.Sequential(stages)
-        self.head = nn.Linear(feature_dim, num_classes)
-        if not isinstance(split_points, dict):
-            split_points = {stage: stage for stage in split_points}
-        unknown = set(split_points.values()) - set(stages)
-        if unknown or not split_points:
-            raise ValueError(f"split points must name stages of the body; unknown: {sorted(unknown)}")
-        self.split_points = dict(split_points)
-
-    @property
-    def default_split(self) -> str:
-        return next(iter(self.split_points))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
+__all__ = ["MODELS", "NEEDS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "SplittableNet",
+           "build_model", "example_info", "incompatibility"]
 
 
 def logreg(info: DatasetInfo) -> SplittableNet:
@@ -118,22 +102,57 @@ def alexnet(info: DatasetInfo, hidden: int = 4096) -> SplittableNet:
     return SplittableNet(stages, hidden, info.num_classes, split_points)
 
 
-MODELS = {"logreg": logreg, "mlp": mlp, "cnn": cnn, "alexnet": alexnet}
-IMAGE_ONLY = {"cnn", "alexnet"}
-# The smallest image side each image model can take: its pools must leave at least one pixel.
-MIN_IMAGE_SIDE = {"cnn": 2, "alexnet": 8}
+MODELS = {
+    "logreg": logreg, "mlp": mlp, "cnn": cnn, "alexnet": alexnet,
+    "fedlc_cnn_mnist": fedlc_cnn_mnist, "fedlc_cnn_cifar": fedlc_cnn_cifar,
+    "resnet18": resnet18, "resnet32": resnet32, "mobilenetv2": mobilenetv2,
+    "fed_dnn": fed_dnn, "flfcr_mlp": flfcr_mlp, "flfcr_cnn": flfcr_cnn,
+}
+
+_BN_MIN = "BatchNorm must see at least 2×2 maps after the net's {}× downsampling to train on a batch of one"
+# What each model needs of its inputs. The flattening models take anything (vectors, or
+# images of any shape); the others are checked here, and `incompatibility` reports why not.
+NEEDS: dict[str, InputNeeds] = {
+    "logreg": InputNeeds(),
+    "mlp": InputNeeds(),
+    "fed_dnn": InputNeeds(),
+    "flfcr_mlp": InputNeeds(),
+    "cnn": InputNeeds(image=True, min_side=2, why="its 2×2 pool must leave a pixel"),
+    "alexnet": InputNeeds(image=True, min_side=8, why="its three 2×2 pools must leave a pixel"),
+    "flfcr_cnn": InputNeeds(image=True, min_side=8, why="its three 2×2 pools must leave a pixel"),
+    "fedlc_cnn_mnist": InputNeeds(image=True, shapes=(FEDLC_MNIST_SHAPE,),
+                                  why="FedLC Table 8: conv1 takes 1 channel and fc1 320 = 20·4·4 features, "
+                                      "which only 28×28 gives"),
+    "fedlc_cnn_cifar": InputNeeds(image=True, shapes=(FEDLC_CIFAR_SHAPE,),
+                                  why="FedLC Table 9: conv1 takes 3 channels and fc1 2048 = 128·4·4 features, "
+                                      "which only 32×32 gives"),
+    "resnet18": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
+    "resnet32": InputNeeds(image=True, min_side=8, why=_BN_MIN.format(4)),
+    "mobilenetv2": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
+}
+assert set(NEEDS) == set(MODELS)
+IMAGE_ONLY = {name for name, needs in NEEDS.items() if needs.image}
+# The smallest image side each image model can take (a fixed-shape model: its own side).
+MIN_IMAGE_SIDE = {name: max([needs.min_side, *(min(shape[1:]) for shape in needs.shapes)])
+                  for name, needs in NEEDS.items() if needs.image}
 
 
 def incompatibility(name: str, info: DatasetInfo) -> str | None:
     """Why model `name` cannot run on a dataset like `info`, or None if it can."""
     if name not in MODELS:
         return f"unknown model {name!r}; known: {', '.join(MODELS)}"
-    if name in IMAGE_ONLY and not info.is_image:
-        return f"model {name!r} needs image inputs [C, H, W], but the dataset gives vectors of shape {info.input_shape}"
-    if info.is_image and min(info.input_shape[1:]) < MIN_IMAGE_SIDE.get(name, 1):
-        return (f"model {name!r} needs images of at least {MIN_IMAGE_SIDE[name]}×{MIN_IMAGE_SIDE[name]}, "
-                f"but the dataset gives {info.input_shape}")
-    return None
+    return NEEDS[name].problem(name, info)
+
+
+def example_info(name: str, num_classes: int = 10) -> DatasetInfo:
+    """A dataset shape model `name` supports, for listing its structure: its own shape if it
+    has one, else 3×32×32 images for image models and 64-vectors for the others."""
+    needs = NEEDS[name]
+    if needs.shapes:
+        return DatasetInfo(needs.shapes[0], num_classes, True, False)
+    if needs.image:
+        return DatasetInfo((3, 32, 32), num_classes, True, False)
+    return DatasetInfo((64,), num_classes, False, False)
 
 
 def build_model(name: str, info: DatasetInfo) -> SplittableNet:
