@@ -57,6 +57,11 @@ BAD_INPUTS = [
      ["run.suites[1]", "'huge'"]),
     ("unknown model", lambda p: p["training"]["tiny"].update(model="resnet1000"),
      ["training.tiny.model", "'resnet1000'", "cnn"]),
+    ("1-channel paper model on CIFAR", lambda p: (p["datasets"].update(cifar10={"source": "cifar10"}),
+                                                   p["suites"]["tiny"]["settings"].append(
+                                                       {"dataset": "cifar10", "partitions": ["dir0.5"]}),
+                                                   p["training"]["tiny"].update(model="fedlc_cnn_mnist")),
+     ["model 'fedlc_cnn_mnist' on dataset 'cifar10'", "needs 1×28×28", "gives images of shape 3×32×32"]),
     ("split point the model does not have", lambda p: p["training"]["tiny"].update(split_point="S2"),
      ["training.tiny", "split_point 'S2'", "model 'mlp'", "relu1", "relu2"]),
     ("split method with an unknown hyperparameter", lambda p: p["methods"].update(s={"algorithm": "scala", "tau": 1}),
@@ -151,3 +156,13 @@ def test_cli_models_lists_split_points_and_defaults(capsys):
     assert "alexnet          split points: S2 (after relu4), S1 (after pool2)" in out and "default S2" in out
     assert "cnn              split points: pool, relu1, relu3; default pool" in out
     assert "resnet18         split points:" in out
+
+
+def test_schema_knows_exactly_the_registered_models_and_dataset_sources():
+    from fedskew.config import SCHEMA_PATH
+    from fedskew.data.registry import DATASET_DEFAULTS
+    from fedskew.models import MODELS
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
+    assert set(schema["training_fields"]["properties"]["model"]["enum"]) == set(MODELS)
+    assert set(schema["dataset"]["properties"]["source"]["enum"]) == set(DATASET_DEFAULTS)

@@ -9,6 +9,7 @@ float tensors and a client is only a set of indices into them.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -23,10 +24,19 @@ from fedskew import paths
 log = logging.getLogger(__name__)
 
 TORCHVISION_SOURCES = ("mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
+# Sources fedskew downloads (or reads from hand-placed files) and decodes itself, each in its module
+# fedskew.data.<source> with load_tensors(spec, raw_root, download) -> (tensor file, tensors).
+EXTERNAL_SOURCES = ("cinic10", "tinyimagenet", "femnist", "adult", "imagenet_subset")
+TABULAR_SOURCES = ("synthetic", "adult")  # float feature vectors: not rescaled or standardised at load
 DATASET_DEFAULTS: dict[str, dict] = {
     "digits": {"test_fraction": 0.2, "seed": 0},
     "synthetic": {"lam": 1.0, "mu": 1.0, "clients": 100, "dim": 60, "classes": 10, "seed": 0},
     **{name: {} for name in TORCHVISION_SOURCES},
+    "cinic10": {},
+    "tinyimagenet": {},
+    "femnist": {"writers": 100, "seed": 0},  # FedLC: 100 FEMNIST clients; writers null = every writer
+    "adult": {},
+    "imagenet_subset": {"imagenet_dir": None},  # a local ILSVRC-2012 copy; must be set to prepare
 }
 
 
@@ -52,6 +62,18 @@ def dataset_info(spec: dict) -> DatasetInfo:
         return DatasetInfo((3, 32, 32), 10, True, False)
     if source == "cifar100":
         return DatasetInfo((3, 32, 32), 100, True, False)
+    if source == "cinic10":
+        return DatasetInfo((3, 32, 32), 10, True, False)
+    if source == "tinyimagenet":
+        return DatasetInfo((3, 64, 64), 200, True, False)
+    if source == "femnist":
+        return DatasetInfo((1, 28, 28), 62, True, True)
+    if source == "adult":
+        from fedskew.data.adult import NUM_FEATURES
+
+        return DatasetInfo((NUM_FEATURES,), 2, False, False)
+    if source == "imagenet_subset":
+        return DatasetInfo((3, 64, 64), 12, True, False)
     raise ValueError(f"unknown dataset source {source!r}")
 
 
@@ -95,10 +117,11 @@ def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = T
     """Materialise `dataset` and write its data/raw/<dataset>/READY.json manifest.
 
     Torchvision datasets are downloaded, verified and decoded once by
-    fedskew.data.download into data/raw/<source>/tensors.pt; embedded ones are generated
-    into data/raw/<dataset>/tensors.pt. The manifest (written last, atomically) records
-    which tensor file belongs to the dataset and its sha256, so `load` never trusts a
-    half-written or altered file.
+    fedskew.data.download into data/raw/<source>/tensors.pt; the EXTERNAL_SOURCES by their
+    own module (fedskew.data.<source>) into data/raw/<source>/ (FEMNIST's writer subsets in
+    a subfolder of it); embedded ones are generated into data/raw/<dataset>/tensors.pt.
+    The manifest (written last, atomically) records which tensor file belongs to the
+    dataset and its sha256, so `load` never trusts a half-written or altered file.
     """
     ready = root / paths.RAW_READY.format(dataset=dataset)
     ready.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +131,10 @@ def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = T
         raw = load_tensors(spec["source"], root / "data" / "raw", download=download)
         tensor_path = raw_dir(spec["source"], root / "data" / "raw") / "tensors.pt"
         shapes = {k: list(getattr(raw, k).shape) for k in ("x_train", "y_train", "x_test", "y_test")}
+    elif spec["source"] in EXTERNAL_SOURCES:
+        module = importlib.import_module(f"fedskew.data.{spec['source']}")
+        tensor_path, tensors = module.load_tensors(_resolve_paths(spec, root), root / "data" / "raw", download=download)
+        shapes = {key: list(value.shape) for key, value in tensors.items()}
     else:
         tensors = _embedded_tensors(spec)
         tensor_path = ready.parent / "tensors.pt"
@@ -123,6 +150,13 @@ def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = T
     _write_atomic(ready, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n"))
     log.info("prepared %s: %s", dataset, shapes)
     return ready
+
+
+def _resolve_paths(spec: dict, root: Path) -> dict:
+    """The spec with a relative `imagenet_dir` made relative to the project root."""
+    if spec.get("imagenet_dir"):
+        return {**spec, "imagenet_dir": str(root / Path(spec["imagenet_dir"]).expanduser())}
+    return spec
 
 
 def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
@@ -154,8 +188,12 @@ def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
 
 
 def _normalise(x_train: torch.Tensor, x_test: torch.Tensor, source: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images: scale to [0, 1], then standardise per channel with training statistics."""
-    if source == "synthetic":
+    """Images: scale to [0, 1], then standardise per channel with training statistics.
+
+    Tabular sources (synthetic, adult) are returned as float32 unchanged: Adult's numeric
+    columns are already standardised with training statistics and its one-hots stay 0/1.
+    """
+    if source in TABULAR_SOURCES:
         return x_train.float(), x_test.float()
     scale = 16.0 if source == "digits" else 255.0
     x_train = x_train.float() / scale

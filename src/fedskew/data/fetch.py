@@ -1,0 +1,316 @@
+"""Shared plumbing for the datasets fedskew fetches and decodes itself (not through torchvision).
+
+Used by cinic10, tinyimagenet, adult (downloaded archives), femnist and imagenet_subset
+(files placed by hand). The rules are those of fedskew.data.download:
+
+* A downloadable file is a `SourceFile`: its name, the URLs to try in order and its pinned
+  md5. Downloads land in a temporary sibling folder `data/raw/.<name>.partial-*-<pid>` and
+  are moved into `data/raw/<name>/` only after they verified, so an interrupted or corrupt
+  download never leaves a file that a later run trusts.
+* `md5=None` means the digest is unknown to fedskew (never guessed): the file is then
+  checked structurally (the dataset module's `check` opens it and verifies the expected
+  layout) and the md5 and sha256 of what was actually used are recorded in the marker.
+* VERIFIED.json in the dataset folder is written last; it records each file's expected
+  md5 (or null), actual md5, sha256 and size. While it matches, files are not re-hashed.
+* A hand-placed file with a wrong pinned md5 is reported, never deleted.
+* The decoded tensors are cached in tensors.pt with a tensors.json sidecar holding its
+  sha256 and the key it was built for (input digests, preprocessing version, options);
+  a cache whose key, checksum or shapes do not match is rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import io
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedskew.data.download import (
+    CACHE,
+    CACHE_META,
+    MARKER,
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    _read_json,
+    _reason,
+    _remove_stale_temporaries,
+    _scratch_dir,
+    _stream,
+    _write_json_atomic,
+)
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One raw file of a dataset: its name in the dataset folder, where it comes from, its digest.
+
+    md5 None: no trusted digest is known; `check(path)` (raising DatasetCorruptError) then
+    verifies the file's structure, and the digests of the file actually used are recorded.
+    """
+
+    filename: str
+    urls: tuple[str, ...]
+    md5: str | None
+    check: Callable[[Path], None] | None = None
+
+
+def file_digests(path: Path) -> dict:
+    """md5, sha256 and size of a file, in one pass."""
+    md5, sha256, size = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            md5.update(block)
+            sha256.update(block)
+            size += len(block)
+    return {"md5": md5.hexdigest(), "sha256": sha256.hexdigest(), "size": size}
+
+
+def _describe(f: SourceFile) -> str:
+    digest = f"md5 {f.md5}" if f.md5 else "md5 not pinned by fedskew: any intact copy is accepted"
+    origin = f"from {f.urls[0]}" if f.urls else "no automatic download"
+    return f"  {f.filename}  ({digest}; {origin})"
+
+
+def unavailable(name: str, folder: Path, files: list[SourceFile], reason: str,
+                how_to_get: str = "") -> DatasetUnavailableError:
+    listing = "\n".join(_describe(f) for f in files)
+    extra = f"\n{how_to_get}" if how_to_get else ""
+    return DatasetUnavailableError(
+        f"dataset {name!r} is not available: {reason}.\nTo work offline, place these files, named exactly "
+        f"as below, in {Path(folder).resolve()}:\n{listing}{extra}"
+    )
+
+
+def _marker_entries(folder: Path, files: list[SourceFile]) -> dict | None:
+    """The marker's per-file entries if they match today's expectations and the files' sizes."""
+    recorded = (_read_json(folder / MARKER) or {}).get("files")
+    if not isinstance(recorded, dict) or set(recorded) != {f.filename for f in files}:
+        return None
+    for f in files:
+        entry, path = recorded[f.filename], folder / f.filename
+        if not isinstance(entry, dict) or entry.get("expected_md5") != f.md5 or not path.is_file() \
+                or path.stat().st_size != entry.get("size"):
+            return None
+    return recorded
+
+
+def _verify(name: str, f: SourceFile, path: Path, digests: dict, origin: str) -> None:
+    """Raise DatasetCorruptError when `path` is not an intact copy of `f`."""
+    if f.md5 is not None:
+        if digests["md5"] != f.md5:
+            raise DatasetCorruptError(f"{f.filename} {origin} has md5 {digests['md5']}, but fedskew's {name} "
+                                      f"expects {f.md5}.")
+        return
+    log.warning("%s: no pinned checksum for %s; checking its structure only and recording md5 %s, sha256 %s",
+                name, f.filename, digests["md5"], digests["sha256"])
+    if f.check is not None:
+        try:
+            f.check(path)
+        except DatasetCorruptError as error:
+            raise DatasetCorruptError(f"{f.filename} {origin} is not a valid {name} file: {error}") from error
+
+
+def ensure_files(name: str, folder: Path, files: list[SourceFile], download: bool = True,
+                 how_to_get: str = "") -> dict[str, dict]:
+    """Make sure verified copies of `files` are in `folder`; download missing ones if allowed.
+
+    Returns the marker's entries: filename -> {expected_md5, md5, sha256, size}.
+    """
+    folder = Path(folder)
+    _remove_stale_temporaries(folder.parent, f".{name}.*-*")  # download folders of killed runs
+    _remove_stale_temporaries(folder, ".*.tmp-*")  # half-written marker or cache files
+    recorded = _marker_entries(folder, files)
+    if recorded is not None:
+        return recorded
+    entries, missing = {}, []
+    for f in files:
+        path = folder / f.filename
+        if not path.is_file():
+            missing.append(f)
+            continue
+        entries[f.filename] = digests = file_digests(path)
+        try:
+            _verify(name, f, path, digests, f"in {folder.resolve()}")
+        except DatasetCorruptError as error:
+            raise DatasetCorruptError(f"{error} Delete {path.resolve()} so that fedskew downloads it again, or "
+                                      f"replace it with an intact copy.") from error
+    if missing and not download:
+        raise unavailable(name, folder, files, f"download=False and {', '.join(f.filename for f in missing)} "
+                                               f"{'is' if len(missing) == 1 else 'are'} missing", how_to_get)
+    if missing:
+        entries.update(_download_verified(name, folder, missing, files, how_to_get))
+    marker = {f.filename: {"expected_md5": f.md5, **entries[f.filename]} for f in files}
+    _write_json_atomic(folder / MARKER, {"dataset": name, "files": marker})
+    log.info("%s: verified %d file(s) in %s", name, len(files), folder)
+    return marker
+
+
+def _download_verified(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile],
+                       how_to_get: str) -> dict[str, dict]:
+    """Fetch `missing` into a temporary sibling folder, verify them, then move them into place."""
+    entries = {}
+    with _scratch_dir(folder.parent, f".{name}.partial-") as partial:
+        for f in missing:
+            if not f.urls:
+                raise unavailable(name, folder, files, f"{f.filename} cannot be downloaded automatically",
+                                  how_to_get)
+            url = _fetch(name, folder, files, f, partial / f.filename, how_to_get)
+            entries[f.filename] = digests = file_digests(partial / f.filename)
+            try:
+                _verify(name, f, partial / f.filename, digests, f"downloaded from {url}")
+            except DatasetCorruptError as error:
+                raise DatasetCorruptError(
+                    f"{error} The download was discarded and nothing was written to {folder.resolve()}. Run "
+                    f"again to retry; if it persists, fetch the file elsewhere and place it in that folder by hand."
+                ) from error
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in missing:
+            os.replace(partial / f.filename, folder / f.filename)
+    return entries
+
+
+def _fetch(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest: Path, how_to_get: str) -> str:
+    """Try each URL of `f` in turn; return the one that worked."""
+    errors = []
+    for url in f.urls:
+        try:
+            _stream(url, dest)
+            return url
+        except (OSError, http.client.HTTPException, ValueError) as error:  # URLError, HTTPError, timeouts
+            reason = _reason(error)
+            log.warning("%s: downloading %s failed: %s", name, url, reason)
+            errors.append(f"{url}: {reason}")
+    raise unavailable(name, folder, files, f"downloading {f.filename} failed (no network?): " + "; ".join(errors),
+                      how_to_get)
+
+
+# --- hand-placed file trees (FEMNIST JSON, a local ImageNet) ----------------------------------
+
+def tree_digests(files: dict[str, Path], marker: Path) -> dict[str, str]:
+    """sha256 of each file (key -> path), reusing `marker` entries whose size and mtime are unchanged.
+
+    Nothing is known in advance about such files (they are produced locally), so their
+    digests are recorded, not checked; they key the tensor cache, so changed inputs rebuild it.
+    """
+    recorded = (_read_json(marker) or {}).get("files") or {}
+    out, entries = {}, {}
+    for key, path in sorted(files.items()):
+        stat = path.stat()
+        old = recorded.get(key)
+        if isinstance(old, dict) and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns:
+            digest = old["sha256"]
+        else:
+            digest = file_digests(path)["sha256"]
+        out[key] = digest
+        entries[key] = {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if entries != recorded:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(marker, {"files": entries})
+    return out
+
+
+def digest_of(obj: object) -> str:
+    """sha256 of an object's canonical JSON (a short key for a set of inputs)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# --- images -----------------------------------------------------------------------------------
+
+def decode_rgb(data: bytes, what: str, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Decode an image file's bytes to uint8 [C=3, H, W]; grayscale/palette/CMYK are converted to RGB.
+
+    size (W, H) is checked when given; a file PIL cannot read is a DatasetCorruptError.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            rgb = image.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
+        raise DatasetCorruptError(f"{what} is not a readable image: {error}") from error
+    if size is not None and rgb.size != size:
+        raise DatasetCorruptError(f"{what} is {rgb.size[0]}x{rgb.size[1]}, expected {size[0]}x{size[1]}")
+    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1)
+
+
+def stack_images(images: list[np.ndarray], shape: tuple[int, ...]) -> torch.Tensor:
+    """Stack [C, H, W] uint8 arrays into one contiguous uint8 tensor [N, C, H, W]."""
+    out = np.empty((len(images), *shape), dtype=np.uint8)
+    for i, image in enumerate(images):
+        out[i] = image
+    return torch.from_numpy(out)
+
+
+# --- the tensor cache -------------------------------------------------------------------------
+
+def save_cache(folder: Path, tensors: dict[str, torch.Tensor], key: dict) -> Path:
+    """Write folder/tensors.pt atomically, then the sidecar that vouches for it; return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path, tmp = folder / CACHE, folder / f".{CACHE}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as handle:  # a file handle keeps the bytes independent of the temp name
+        torch.save(tensors, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _write_json_atomic(folder / CACHE_META, {
+        "format": CACHE_FORMAT,
+        "key": key,
+        "sha256": file_digests(path)["sha256"],
+        "shapes": {k: list(v.shape) for k, v in tensors.items()},
+        "dtypes": {k: str(v.dtype) for k, v in tensors.items()},
+    })
+    return path
+
+
+def load_cache(name: str, folder: Path, key: dict,
+               problems: Callable[[dict[str, torch.Tensor]], list[str]]) -> dict[str, torch.Tensor] | None:
+    """The cached tensors when tensors.json vouches for tensors.pt under `key` and they are well-formed."""
+    meta, path = _read_json(folder / CACHE_META), folder / CACHE
+    if meta is None or not path.is_file():
+        return None
+    if meta.get("format") != CACHE_FORMAT or meta.get("key") != key:
+        log.info("%s: tensor cache in %s was built from other inputs or options; rebuilding", name, folder)
+        return None
+    if file_digests(path)["sha256"] != meta.get("sha256"):
+        log.warning("%s: %s does not match the sha256 in %s; rebuilding it", name, path, CACHE_META)
+        return None
+    try:
+        tensors = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unreadable cache is rebuilt, never trusted
+        log.warning("%s: cannot read %s (%s); rebuilding it", name, path, error)
+        return None
+    shapes = {k: list(v.shape) for k, v in tensors.items()} if isinstance(tensors, dict) else None
+    if shapes != meta.get("shapes") or problems(tensors):
+        log.warning("%s: %s is malformed; rebuilding it", name, path)
+        return None
+    return tensors
+
+
+def split_problems(tensors: dict[str, torch.Tensor], x_dtype: torch.dtype, x_shape: tuple[int, ...],
+                   num_classes: int) -> list[str]:
+    """What is wrong with x_train/y_train/x_test/y_test (empty when they are as expected)."""
+    issues = []
+    for split in ("train", "test"):
+        x, y = tensors.get(f"x_{split}"), tensors.get(f"y_{split}")
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            issues.append(f"x_{split} or y_{split} is missing")
+            continue
+        if x.dtype != x_dtype or tuple(x.shape[1:]) != x_shape or len(x) == 0:
+            issues.append(f"x_{split} is {x.dtype} {tuple(x.shape)}, expected {x_dtype} [N>0, {x_shape}]")
+        if y.dtype != torch.int64 or y.shape != (x.shape[0],):
+            issues.append(f"y_{split} is {y.dtype} {tuple(y.shape)}, expected int64 [{x.shape[0]}]")
+        elif len(y) and not (0 <= int(y.min()) and int(y.max()) < num_classes):
+            issues.append(f"y_{split} has labels outside [0, {num_classes})")
+    return issues
