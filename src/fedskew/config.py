@@ -250,6 +250,9 @@ def _cross_checks(raw: dict) -> list[str]:
             problem = incompatibility(model, info)
             if problem:
                 problems.append(f"training.{name}: model {model!r} on dataset {dataset!r}: {problem}")
+            elif resolved.get("augmentation", "none") != "none" and not info.is_image:
+                problems.append(f"training.{name}: augmentation {resolved['augmentation']!r} on dataset {dataset!r}: "
+                                "augmentations transform images, but the dataset gives vectors; use 'none'")
             elif "split_point" in resolved:
                 with torch.device("meta"):  # only the structure is needed: allocate no weights
                     points = build_model(model, info).split_points

@@ -62,6 +62,11 @@ BAD_INPUTS = [
                                                        {"dataset": "cifar10", "partitions": ["dir0.5"]}),
                                                    p["training"]["tiny"].update(model="fedlc_cnn_mnist")),
      ["model 'fedlc_cnn_mnist' on dataset 'cifar10'", "needs 1×28×28", "gives images of shape 3×32×32"]),
+    ("image augmentation on tabular data", lambda p: (p["suites"]["tiny"]["settings"].append(
+        {"dataset": "synth", "partitions": ["natural"]}), p["training"]["tiny"].update(augmentation="crop_flip")),
+     ["training.tiny", "augmentation 'crop_flip'", "synth", "vectors"]),
+    ("unknown augmentation", lambda p: p["training"]["tiny"].update(augmentation="mixup"),
+     ["training.tiny.augmentation", "'mixup'", "crop_flip"]),
     ("split point the model does not have", lambda p: p["training"]["tiny"].update(split_point="S2"),
      ["training.tiny", "split_point 'S2'", "model 'mlp'", "relu1", "relu2"]),
     ("split method with an unknown hyperparameter", lambda p: p["methods"].update(s={"algorithm": "scala", "tau": 1}),

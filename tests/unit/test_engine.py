@@ -39,7 +39,7 @@ def tiny_params(tiny_params):
     """One partition and one seed (faster `project` set-up); every method in the suite."""
     tiny_params["suites"]["tiny"]["settings"][0]["partitions"] = ["dir0.5"]
     tiny_params["suites"]["tiny"]["seeds"] = [0]
-    tiny_params["suites"]["tiny"]["methods"] = list(METHODS)
+    tiny_params["suites"]["tiny"]["methods"] = [*METHODS, "scala"]
     return tiny_params
 
 
@@ -370,3 +370,44 @@ def test_device_auto_picks_cuda_only_when_present_and_cuda_without_gpu_fails_cle
         resolve_device("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("auto") == torch.device("cuda")
+
+
+@pytest.mark.parametrize("method", ["fedavg", "scala"])
+def test_augmented_training_is_seeded_resumable_and_changes_only_training(project, tiny_params, method) -> None:
+    plain = run_training(_cfg(tiny_params, method)).history
+    _clear_results()
+    cfg = _cfg(tiny_params, method, augmentation="crop_flip")
+    assert cfg.run_id != _cfg(tiny_params, method).run_id  # a different protocol, a different run
+    augmented = run_training(cfg).history
+    assert _canonical(augmented) != _canonical(plain)
+    _clear_results()
+    with pytest.raises(RunStopped):
+        run_training(cfg, stop_after_round=2)
+    assert _canonical(run_training(cfg).history) == _canonical(augmented)  # per-client generators: resumable
+
+
+def test_streamed_fedavg_round_equals_averaging_the_kept_updates_bit_for_bit() -> None:
+    from fedskew.engine.simulation import federated_round
+
+    class KeepsUpdates(FederatedAlgorithm):  # the same average, through the list-based hook
+        def aggregate(self, global_state, updates):
+            return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(100, 1, 8, 8, generator=g)
+    y = torch.randint(0, 10, (100,), generator=g)
+    parts = [torch.arange(0, 13), torch.arange(13, 60), torch.arange(60, 100)]
+    settings = TrainingSettings(local_epochs=1, batch_size=16, lr=0.1, momentum=0.9, weight_decay=0.0)
+    torch.manual_seed(0)
+    model = build_model("mlp", DIGITS_INFO)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def clients():
+        return [ClientContext(k, 1, p, torch.bincount(y[p], minlength=10), torch.Generator().manual_seed(k), k)
+                for k, p in enumerate(parts)]
+
+    streamed = federated_round(FederatedAlgorithm(settings, 3, 10), model, state, clients(), x, y, "r")
+    kept = federated_round(KeepsUpdates(settings, 3, 10), model, state, clients(), x, y, "r")
+    assert streamed.global_state.keys() == kept.global_state.keys()
+    assert all(torch.equal(streamed.global_state[k], kept.global_state[k]) for k in kept.global_state)
+    assert streamed.traffic == kept.traffic and streamed.client_losses == kept.client_losses

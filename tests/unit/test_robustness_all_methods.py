@@ -20,7 +20,7 @@ SETTINGS = TrainingSettings(local_epochs=2, batch_size=32, lr=0.05, momentum=0.0
 @pytest.fixture(scope="module")
 def digits():
     raw = load_digits_split()
-    x, _ = _normalise(raw["x_train"], raw["x_test"], "digits")
+    x, _, _, _ = _normalise(raw["x_train"], raw["x_test"], "digits")
     return x, raw["y_train"]
 
 

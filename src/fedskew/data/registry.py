@@ -87,6 +87,10 @@ class Dataset:
     y_test: torch.Tensor
     num_classes: int
     natural_groups: np.ndarray | None = None
+    # Per-channel statistics (pixel units in [0, 1]) the images were standardised with;
+    # augmentation un-normalises with them. None for tabular data.
+    pixel_mean: torch.Tensor | None = None
+    pixel_std: torch.Tensor | None = None
 
 
 def _sha256(path: Path) -> str:
@@ -175,7 +179,7 @@ def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
             f"re-run `python -m fedskew download --dataset {dataset}`"
         )
     raw = torch.load(tensor_path, weights_only=True)
-    x_train, x_test = _normalise(raw["x_train"], raw["x_test"], spec["source"])
+    x_train, x_test, mean, std = _normalise(raw["x_train"], raw["x_test"], spec["source"])
     groups = raw.get("natural_groups")
     return Dataset(
         x_train=x_train,
@@ -184,21 +188,27 @@ def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
         y_test=raw["y_test"].long(),
         num_classes=dataset_info(spec).num_classes,
         natural_groups=None if groups is None else groups.numpy(),
+        pixel_mean=mean,
+        pixel_std=std,
     )
 
 
-def _normalise(x_train: torch.Tensor, x_test: torch.Tensor, source: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _normalise(x_train: torch.Tensor, x_test: torch.Tensor, source: str):
     """Images: scale to [0, 1], then standardise per channel with training statistics.
 
-    Tabular sources (synthetic, adult) are returned as float32 unchanged: Adult's numeric
-    columns are already standardised with training statistics and its one-hots stay 0/1.
+    Returns (x_train, x_test, mean, std), the statistics per channel in [0, 1] pixel units.
+    Tabular sources (synthetic, adult) are returned as float32 unchanged (statistics None):
+    Adult's numeric columns are already standardised with training statistics and its
+    one-hots stay 0/1.
     """
     if source in TABULAR_SOURCES:
-        return x_train.float(), x_test.float()
+        return x_train.float(), x_test.float(), None, None
     scale = 16.0 if source == "digits" else 255.0
-    x_train = x_train.float() / scale
-    x_test = x_test.float() / scale
+    # In place after the one uint8 -> float copy: a CIFAR-sized set then needs one float
+    # copy of the data at its peak, not three (benchmarks/memory.py).
+    x_train = x_train.float().div_(scale)
+    x_test = x_test.float().div_(scale)
     dims = [0, 2, 3]
     mean = x_train.mean(dim=dims, keepdim=True)
     std = x_train.std(dim=dims, keepdim=True).clamp_min(1e-6)
-    return (x_train - mean) / std, (x_test - mean) / std
+    return x_train.sub_(mean).div_(std), x_test.sub_(mean).div_(std), mean.flatten(), std.flatten()

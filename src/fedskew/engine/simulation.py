@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from fedskew import paths
 from fedskew.algorithms import ALGORITHMS
 from fedskew.config import RunConfig
 from fedskew.data import registry
+from fedskew.data.augment import make_augmenter
 from fedskew.data.partition import load_partition
 from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedskew.engine.evaluate import evaluate
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 
 
 _SERVER_STREAM = 3  # randomness of the server side of a split round (see engine.sampling)
+
+
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
 
 class NonFiniteError(RuntimeError):
@@ -93,8 +98,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
-                 x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str) -> ClientUpdate:
-    """Local training of one client from the global model; returns its update."""
+                 x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str,
+                 augment: Augment | None = None) -> ClientUpdate:
+    """Local training of one client from the global model; returns its update.
+
+    `augment(x_batch, generator)` (training.augmentation) transforms each training batch,
+    drawing from the client's own generator.
+    """
     settings = algorithm.settings
     model.load_state_dict(global_state)
     model.train()
@@ -106,7 +116,8 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
         order = client.indices[torch.randperm(n, generator=client.generator)].to(x.device)
         for start in range(0, n, settings.batch_size):
             batch = order[start:start + settings.batch_size]
-            loss_sum += algorithm.local_step(model, optimizer, x[batch], y[batch], client)
+            inputs = x[batch] if augment is None else augment(x[batch], client.generator)
+            loss_sum += algorithm.local_step(model, optimizer, inputs, y[batch], client)
             steps += 1
     mean_loss = float(loss_sum) / max(steps, 1)  # one device sync per client, not per step
     if not math.isfinite(mean_loss):
@@ -118,20 +129,45 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
 
 
 def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
-                    clients: list[ClientContext], x: torch.Tensor, y: torch.Tensor, run_id: str) -> RoundResult:
-    """Local training of every participant from the global model, then the method's `aggregate`."""
+                    clients: list[ClientContext], x: torch.Tensor, y: torch.Tensor, run_id: str,
+                    augment: Augment | None = None) -> RoundResult:
+    """Local training of every participant from the global model, then the method's `aggregate`.
+
+    A method that keeps FedAvg's `aggregate` (a sample-weighted average) has each client's
+    state folded into a running sum as soon as it is trained, so a round holds one model
+    copy besides the global state, whatever the number of participants; the sum is taken
+    in the same order and with the same weights as `weighted_average`, so the result is
+    bit-identical. Methods with their own `aggregate` receive every update, as they need.
+    """
+    streaming = type(algorithm).aggregate is FederatedAlgorithm.aggregate
+    total = sum(c.num_samples for c in clients)
+    running: dict[str, torch.Tensor] = {}
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     for client in clients:
         torch.manual_seed(client.seed)  # dropout and other model randomness: per client, order-free
         traffic["down_weights"] += tensor_bytes(global_state)
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
-        update = train_client(algorithm, model, global_state, x, y, client, run_id)
+        update = train_client(algorithm, model, global_state, x, y, client, run_id, augment)
         traffic["up_weights"] += tensor_bytes(update.state)
         traffic["up_payload"] += tensor_bytes(update.payload)
+        if streaming:
+            fold_into_average(running, update.state, update.num_samples / total)
+            update.state = {}  # folded: drop this client's copy now
         updates.append(update)
-    return RoundResult(algorithm.aggregate(global_state, updates),
-                       {u.client_id: u.train_loss for u in updates},
+    new_state = running if streaming else algorithm.aggregate(global_state, updates)
+    return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},
                        {u.client_id: u.num_samples for u in updates}, traffic)
+
+
+def fold_into_average(running: dict[str, torch.Tensor], state: dict[str, torch.Tensor], weight: float) -> None:
+    """One step of `weighted_average`, streamed: floats add weight·state, integer buffers take the max."""
+    for key, value in state.items():
+        if key not in running:
+            running[key] = torch.zeros_like(value) if value.is_floating_point() else value.clone()
+        if value.is_floating_point():
+            running[key].add_(value, alpha=weight)
+        else:
+            torch.maximum(running[key], value, out=running[key])
 
 
 def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int | None = None,
@@ -175,6 +211,8 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     else:
         model = algorithm.adapt_model(model)
     model = model.to(device)
+    # Training batches only; evaluation always sees the plain test set.
+    augment = make_augmenter(training.get("augmentation", "none"), data.pixel_mean, data.pixel_std)
     rounds = training["rounds"]
     schedule = sampling_schedule(cfg.seed, num_clients, clients_per_round(num_clients, training["participation"]),
                                  rounds)
@@ -201,12 +239,13 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                 clients.append(ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
                                              torch.Generator().manual_seed(seed), seed))
             if view is None:
-                outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id)
+                outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id,
+                                          augment)
             else:
                 torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
                 outcome = algorithm.run_round(SplitRound(
                     round_, view, global_state, clients, x_train, y_train,
-                    torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))))
+                    torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_)), augment))
             check_finite(outcome, cfg.run_id, round_)
             global_state = outcome.global_state
             total = sum(outcome.client_samples.values())

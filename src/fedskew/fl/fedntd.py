@@ -18,7 +18,6 @@ across rounds, so the method keeps no checkpoint state.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -20,8 +20,15 @@ from torch import nn
 from fedskew.data.registry import DatasetInfo
 from fedskew.models.mobilenet import mobilenetv2
 from fedskew.models.net import InputNeeds, SplittableNet
-from fedskew.models.paper_nets import (FEDLC_CIFAR_SHAPE, FEDLC_MNIST_SHAPE, fed_dnn, fedlc_cnn_cifar,
-                                       fedlc_cnn_mnist, flfcr_cnn, flfcr_mlp)
+from fedskew.models.paper_nets import (
+    FEDLC_CIFAR_SHAPE,
+    FEDLC_MNIST_SHAPE,
+    fed_dnn,
+    fedlc_cnn_cifar,
+    fedlc_cnn_mnist,
+    flfcr_cnn,
+    flfcr_mlp,
+)
 from fedskew.models.resnet import resnet18, resnet32
 
 __all__ = ["MODELS", "NEEDS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "SplittableNet",

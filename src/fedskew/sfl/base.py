@@ -21,6 +21,7 @@ per registered client) and the model object itself is never mutated.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -45,6 +46,11 @@ class SplitRound:
     x: torch.Tensor                   # all training data; a client is its indices
     y: torch.Tensor
     generator: torch.Generator        # the server's randomness of this round (e.g. SplitFedV2's order)
+    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None  # training.augmentation
+
+    def inputs(self, batch: torch.Tensor, client: ClientContext) -> torch.Tensor:
+        """A client's training inputs for `batch`, augmented with the client's own generator."""
+        return self.x[batch] if self.augment is None else self.augment(self.x[batch], client.generator)
 
 
 def minibatch_sizes(client_sizes: list[int], batch_size: int) -> list[int]:

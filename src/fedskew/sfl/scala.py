@@ -61,7 +61,7 @@ class SCALA(SplitAlgorithm):
         traffic["down_weights"] = len(clients) * state_bytes(view.client_state(rnd.global_state))
         for _ in range(self.hp["local_iterations"]):
             batches = [stream.next() for stream in streams]
-            activations = [worker(rnd.x[b]) for worker, b in zip(workers, batches)]
+            activations = [worker(rnd.inputs(b, c)) for worker, b, c in zip(workers, batches, clients)]
             # What crosses the network: detached copies; the server's graph starts at them.
             received = [a.detach().requires_grad_(True) for a in activations]
             labels = [rnd.y[b] for b in batches]

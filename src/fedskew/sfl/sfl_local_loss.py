@@ -66,7 +66,7 @@ class SFLLocalLoss(SplitAlgorithm):
             sent = []
             for worker, head, stream, loss_sum in zip(workers, heads, streams, loss_sums):
                 batch = stream.next()
-                activations = worker(rnd.x[batch])
+                activations = worker(rnd.inputs(batch, stream.client))
                 loss = F.cross_entropy(head(activations), rnd.y[batch])
                 loss.backward()
                 worker.step()

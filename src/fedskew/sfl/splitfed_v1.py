@@ -27,7 +27,7 @@ class SplitFedV1(SplitAlgorithm):
         for _ in range(self.hp["local_iterations"]):
             for worker, server, stream, loss_sum in zip(workers, servers, streams, loss_sums):
                 batch = stream.next()
-                loss_sum += split_step(worker, server, rnd.x[batch], rnd.y[batch], traffic)
+                loss_sum += split_step(worker, server, rnd.inputs(batch, stream.client), rnd.y[batch], traffic)
         client_states = [w.detached_state() for w in workers]
         traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
         global_state = rnd.view.full_state(self.average(client_states, rnd.clients),

@@ -35,7 +35,8 @@ class SplitFedV2(SplitAlgorithm):
             i = position[client_id]
             for _ in range(self.hp["local_iterations"]):
                 batch = streams[i].next()
-                loss_sums[i] += split_step(workers[i], server, rnd.x[batch], rnd.y[batch], traffic)
+                inputs = rnd.inputs(batch, streams[i].client)
+                loss_sums[i] += split_step(workers[i], server, inputs, rnd.y[batch], traffic)
         client_states = [w.detached_state() for w in workers]
         traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
         global_state = rnd.view.full_state(self.average(client_states, rnd.clients), server.detached_state())

@@ -53,7 +53,7 @@ class SplitFedV3(SplitAlgorithm):
         for _ in range(self.hp["local_iterations"]):
             for worker, server, stream, loss_sum in zip(workers, servers, streams, loss_sums):
                 batch = stream.next()
-                loss_sum += split_step(worker, server, rnd.x[batch], rnd.y[batch], traffic)
+                loss_sum += split_step(worker, server, rnd.inputs(batch, stream.client), rnd.y[batch], traffic)
         for client, worker in zip(rnd.clients, workers):
             self._personal[client.client_id] = worker.detached_state()
         server_state = self.average([s.detached_state() for s in servers], rnd.clients)
