@@ -151,6 +151,20 @@ class SplitAlgorithm(Algorithm):
         sizes = minibatch_sizes([c.num_samples for c in rnd.clients], int(self.hp["server_batch"]))
         return [BatchStream(c, b) for c, b in zip(rnd.clients, sizes)], sizes
 
+    def train_with_server_copies(self, rnd: SplitRound, workers: list[PartCopy], servers: list[PartCopy],
+                                 traffic: dict[str, int]) -> list[torch.Tensor]:
+        """T iterations in which client k trains with its own server copy k (SplitFedV1, V3).
+
+        The pairs are independent, so the order they step in does not matter.
+        """
+        streams, _ = self.streams(rnd)
+        loss_sums = self.loss_sums(rnd)
+        for _ in range(self.hp["local_iterations"]):
+            for worker, server, stream, loss_sum in zip(workers, servers, streams, loss_sums):
+                batch = stream.next()
+                loss_sum += split_step(worker, server, rnd.inputs(batch, stream.client), rnd.y[batch], traffic)
+        return loss_sums
+
     @staticmethod
     def average(states: list[StateDict], clients: list[ClientContext]) -> StateDict:
         """Eq. 10: average weighted by |D_k| over the participants."""

@@ -11,7 +11,7 @@ the tests check. Server copies exist for the round's participants only.
 from __future__ import annotations
 
 from fedskew.fl.base import RoundResult
-from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic, split_step, state_bytes
+from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic, state_bytes
 
 
 class SplitFedV1(SplitAlgorithm):
@@ -22,12 +22,7 @@ class SplitFedV1(SplitAlgorithm):
         traffic["down_weights"] = len(rnd.clients) * state_bytes(rnd.view.client_state(rnd.global_state))
         workers = self.client_copies(rnd)
         servers = [self.server_copy(rnd) for _ in rnd.clients]
-        streams, _ = self.streams(rnd)
-        loss_sums = self.loss_sums(rnd)
-        for _ in range(self.hp["local_iterations"]):
-            for worker, server, stream, loss_sum in zip(workers, servers, streams, loss_sums):
-                batch = stream.next()
-                loss_sum += split_step(worker, server, rnd.inputs(batch, stream.client), rnd.y[batch], traffic)
+        loss_sums = self.train_with_server_copies(rnd, workers, servers, traffic)
         client_states = [w.detached_state() for w in workers]
         traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
         global_state = rnd.view.full_state(self.average(client_states, rnd.clients),

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from fedskew.fl.base import RoundResult, StateDict
-from fedskew.sfl.base import PartCopy, SplitAlgorithm, SplitRound, new_traffic, split_step
+from fedskew.sfl.base import PartCopy, SplitAlgorithm, SplitRound, new_traffic
 
 
 class SplitFedV3(SplitAlgorithm):
@@ -48,12 +48,7 @@ class SplitFedV3(SplitAlgorithm):
         workers = [PartCopy(rnd.view.client, self._personal.get(c.client_id, initial), self.settings)
                    for c in rnd.clients]
         servers = [self.server_copy(rnd) for _ in rnd.clients]
-        streams, _ = self.streams(rnd)
-        loss_sums = self.loss_sums(rnd)
-        for _ in range(self.hp["local_iterations"]):
-            for worker, server, stream, loss_sum in zip(workers, servers, streams, loss_sums):
-                batch = stream.next()
-                loss_sum += split_step(worker, server, rnd.inputs(batch, stream.client), rnd.y[batch], traffic)
+        loss_sums = self.train_with_server_copies(rnd, workers, servers, traffic)
         for client, worker in zip(rnd.clients, workers):
             self._personal[client.client_id] = worker.detached_state()
         server_state = self.average([s.detached_state() for s in servers], rnd.clients)
