@@ -1,4 +1,4 @@
-"""Small fixtures shared by the method tests: a hand-checkable net and random digit-shaped data."""
+"""Small fixtures shared by the method tests: a hand-checkable net, random digit-shaped data, client contexts."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from fedskew.data.registry import DatasetInfo
+from fedskew.fl.base import ClientContext
 
 DIGITS_INFO = DatasetInfo((1, 8, 8), 10, True, False)
 
@@ -26,3 +27,12 @@ def random_digits(n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
     """n digit-shaped inputs (seeded) with labels 0..9 repeating."""
     g = torch.Generator().manual_seed(123)
     return torch.randn(n, 1, 8, 8, generator=g), torch.arange(n) % 10
+
+
+def make_client(label_counts, indices=None, client_id: int = 0, seed: int = 0, round_: int = 1) -> ClientContext:
+    """A client holding `label_counts` (indices 0..n-1 unless given), with a seeded generator."""
+    counts = torch.as_tensor(label_counts, dtype=torch.int64)
+    if indices is None:
+        indices = torch.arange(int(counts.sum()))
+    return ClientContext(client_id, round_, torch.as_tensor(indices, dtype=torch.int64), counts,
+                         torch.Generator().manual_seed(seed))

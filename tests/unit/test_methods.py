@@ -18,24 +18,17 @@ from torch import nn
 from fedskew.config import load_params
 from fedskew.engine.simulation import run_training, train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, ClientUpdate, TrainingSettings, weighted_average
+from fedskew.fl.base import ClientUpdate, TrainingSettings, weighted_average
 from fedskew.fl.fedavg import FedAvg
 from fedskew.fl.fedlc import FedLC
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.losses import logit_calibrated_cross_entropy
 from fedskew.models import build_model
 from tests.unit.helpers import DIGITS_INFO, TinyNet, random_digits
+from tests.unit.helpers import make_client as _client
 
 METHODS = ["fedavg", "fedprox", "fedlc"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
-
-
-def _client(label_counts, indices=None, client_id: int = 0, seed: int = 0) -> ClientContext:
-    counts = torch.as_tensor(label_counts, dtype=torch.int64)
-    if indices is None:
-        indices = torch.arange(int(counts.sum()))
-    return ClientContext(client_id, 1, torch.as_tensor(indices, dtype=torch.int64), counts,
-                         torch.Generator().manual_seed(seed))
 
 
 def _ce_by_hand(row: list[float], y: int, exclude: set[int] = frozenset()) -> float:

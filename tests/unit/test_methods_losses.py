@@ -24,7 +24,7 @@ from fedskew.config import load_params
 from fedskew.engine.checkpoint import CHECKPOINT_NAME
 from fedskew.engine.simulation import RunStopped, run_training, train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, ClientUpdate, TrainingSettings
+from fedskew.fl.base import ClientUpdate, TrainingSettings
 from fedskew.fl.fedavg import FedAvg
 from fedskew.fl.feddecorr import FedDecorr, decorrelation_penalty
 from fedskew.fl.fedntd import FedNTD
@@ -33,17 +33,10 @@ from fedskew.fl.moon import MOON, model_contrastive_loss
 from fedskew.models import build_model
 from tests.conftest import single_setting
 from tests.unit.helpers import DIGITS_INFO, random_digits
+from tests.unit.helpers import make_client as _client
 
 METHODS = ["fedrs", "fedrs_soft", "fedntd", "feddecorr", "moon"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
-
-
-def _client(label_counts, indices=None, client_id: int = 0, round_: int = 1, seed: int = 0) -> ClientContext:
-    counts = torch.as_tensor(label_counts, dtype=torch.int64)
-    if indices is None:
-        indices = torch.arange(int(counts.sum()))
-    return ClientContext(client_id, round_, torch.as_tensor(indices, dtype=torch.int64), counts,
-                         torch.Generator().manual_seed(seed))
 
 
 def _ce_by_hand(row, y: int) -> float:

@@ -23,25 +23,18 @@ from fedskew.config import load_params
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training, train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, TrainingSettings
+from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, TrainingSettings
 from fedskew.fl.feddyn import FedDyn
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.fedsam import FedSAM
 from fedskew.models import build_model
 from tests.conftest import single_setting
 from tests.unit.helpers import DIGITS_INFO, random_digits
+from tests.unit.helpers import make_client as _client
 
 METHODS = ["fedsam", "feddyn"]
 LR = 0.1
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=LR, momentum=0.0, weight_decay=0.0)
-
-
-def _client(label_counts, indices=None, client_id: int = 0, seed: int = 0, round_: int = 1) -> ClientContext:
-    counts = torch.as_tensor(label_counts, dtype=torch.int64)
-    if indices is None:
-        indices = torch.arange(int(counts.sum()))
-    return ClientContext(client_id, round_, torch.as_tensor(indices, dtype=torch.int64), counts,
-                         torch.Generator().manual_seed(seed))
 
 
 def test_registered_with_paper_defaults() -> None:

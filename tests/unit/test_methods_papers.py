@@ -19,7 +19,7 @@ from fedskew import paths
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, tensor_bytes, train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, TrainingSettings, weighted_average
+from fedskew.fl.base import TrainingSettings, weighted_average
 from fedskew.fl.feded import FedED, empty_class_distillation, logit_suppression
 from fedskew.fl.fedlogit import FedLogit
 from fedskew.fl.flfcr import (
@@ -34,17 +34,10 @@ from fedskew.fl.losses import logit_adjusted_cross_entropy, true_class_margin_cr
 from fedskew.models import build_model
 from tests.conftest import method_config, single_setting
 from tests.unit.helpers import DIGITS_INFO, random_digits
+from tests.unit.helpers import make_client as _client
 
 METHODS = ["fedlogit", "feded", "feded_dis", "feded_logit", "flfcr"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
-def _client(label_counts, indices=None, client_id: int = 0, seed: int = 0, round_: int = 1) -> ClientContext:
-    counts = torch.as_tensor(label_counts, dtype=torch.int64)
-    if indices is None:
-        indices = torch.arange(int(counts.sum()))
-    return ClientContext(client_id, round_, torch.as_tensor(indices, dtype=torch.int64), counts,
-                         torch.Generator().manual_seed(seed))
-
-
 def _log_sum_exp(values) -> float:
     return math.log(sum(math.exp(v) for v in values))
 

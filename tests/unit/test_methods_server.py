@@ -21,7 +21,7 @@ from fedskew import paths
 from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training, tensor_bytes, train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, ClientUpdate, TrainingSettings
+from fedskew.fl.base import ClientUpdate, TrainingSettings
 from fedskew.fl.fedexp import FedExp
 from fedskew.fl.fednova import FedNova, normalizing_factor
 from fedskew.fl.fedopt import FedAdagrad, FedAdam, FedYogi
@@ -29,6 +29,7 @@ from fedskew.fl.scaffold import Scaffold
 from fedskew.models import build_model
 from tests.conftest import method_config, single_setting
 from tests.unit.helpers import DIGITS_INFO, TinyNet, random_digits
+from tests.unit.helpers import make_client as _client
 
 METHODS = ["scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedexp"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=1, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -36,14 +37,6 @@ PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=1, lr=0.1, momentum=0.0,
 
 def _settings(**changes) -> TrainingSettings:
     return dataclasses.replace(PLAIN_SGD, **changes)
-
-
-def _client(label_counts, indices=None, client_id: int = 0, seed: int = 0) -> ClientContext:
-    counts = torch.as_tensor(label_counts, dtype=torch.int64)
-    if indices is None:
-        indices = torch.arange(int(counts.sum()))
-    return ClientContext(client_id, 1, torch.as_tensor(indices, dtype=torch.int64), counts,
-                         torch.Generator().manual_seed(seed))
 
 
 def _update(client_id: int, n: int, state: dict, steps: int = 1, payload: dict | None = None) -> ClientUpdate:
