@@ -6,8 +6,6 @@ Every command validates params.yaml first, so a bad value fails before any work.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import logging
 import os
@@ -15,16 +13,14 @@ import sys
 from pathlib import Path
 
 from fedskew import paths
-from fedskew.config import ConfigError, Params, RunConfig, load_params, run_config_yaml
+from fedskew.config import ConfigError, Params, RunConfig, load_params
+from fedskew.runfiles import RunFileError, read_history, read_metrics, write_run_files
 
 log = logging.getLogger("fedskew")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+class TrackingError(RuntimeError):
+    """`fedskew track` could not log every run."""
 
 
 def cmd_validate(params: Params, args: argparse.Namespace) -> None:
@@ -56,35 +52,35 @@ def cmd_partition(params: Params, args: argparse.Namespace) -> None:
                  title=f"{args.dataset} / {args.partition} / seed {args.seed}")
 
 
-def write_run_files(cfg: RunConfig, history: list[dict], final: dict, root: Path = Path(".")) -> list[Path]:
-    """config.yaml, history.csv and metrics.json of a run; metrics.json last (it marks completion)."""
-    columns = list(dict.fromkeys(key for row in history for key in row)) or ["round"]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()} for row in history)
-    files = [root / cfg.path(paths.RUN_CONFIG), root / cfg.path(paths.RUN_HISTORY), root / cfg.path(paths.RUN_METRICS)]
-    atomic_write_text(files[0], run_config_yaml(cfg))
-    atomic_write_text(files[1], buffer.getvalue())
-    atomic_write_text(files[2], json.dumps({"run_id": cfg.run_id, **cfg.keys, **final}, indent=2) + "\n")
-    return files
+def _track(cfg: RunConfig, history: list[dict], files: list[Path], status: str, extra_tags: dict) -> bool:
+    """Log a run to MLflow; True when it was recorded.
 
-
-def _track(cfg: RunConfig, history: list[dict], files: list[Path], status: str, extra_tags: dict) -> None:
-    if os.environ.get("FEDSKEW_TRACKING", "1") == "0":
-        return
+    The run files are the truth and the tracker only observes them: a tracking failure is
+    reported loudly but never fails (or, under Snakemake, deletes) a trained result.
+    `python -m fedskew track --suite ...` logs such runs later from their files.
+    """
     from fedskew import track
 
     partition_json = Path(cfg.path(paths.PARTITION_JSON))
     heatmap = Path(cfg.path(paths.PARTITION_HEATMAP))
     partition_hash = json.loads(partition_json.read_text())["content_hash"] if partition_json.exists() else "unknown"
-    tags = {"fedskew.run_id": cfg.run_id, "fedskew.config_hash": cfg.run_id,
+    tags = {track.RUN_KEY_TAG: cfg.run_id, "fedskew.config_hash": cfg.run_id,
             "fedskew.partition_hash": partition_hash, **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()},
             **extra_tags}
     artifacts = [f for f in [*files, heatmap] if f.exists()]
     name = f"{cfg.dataset}/{cfg.partition}/{cfg.method}/seed{cfg.seed}"
-    track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=name,
-                  params=cfg.to_dict(), history=history, tags=tags, artifacts=artifacts, status=status)
+    try:
+        track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=name,
+                      params=cfg.to_dict(), history=history, tags=tags, artifacts=artifacts, status=status)
+    except Exception as error:  # noqa: BLE001 - whatever the tracker's failure, the result stands
+        log.error("TRACKING FAILED for %s: %s. The run files are intact; log them later with "
+                  "`python -m fedskew track --suite %s`.", cfg.path(paths.RUN_DIR), error, cfg.suite)
+        return False
+    return True
+
+
+def _tracking_enabled() -> bool:
+    return os.environ.get("FEDSKEW_TRACKING", "1") != "0"  # tests and quick experiments may turn it off
 
 
 def cmd_train(params: Params, args: argparse.Namespace) -> None:
@@ -99,15 +95,43 @@ def cmd_train(params: Params, args: argparse.Namespace) -> None:
         if cfg.training["on_divergence"] == "record":
             # A divergence is a result of this method in this setting: the tables show it.
             files = write_run_files(cfg, history, summarise_divergence(error))
-        _track(cfg, history, files, "FAILED", {"fedskew.error": str(error)})
+        if _tracking_enabled():
+            _track(cfg, history, files, "FAILED", {"fedskew.error": str(error)})
         if cfg.training["on_divergence"] == "record":
             log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
             return
         raise
     files = write_run_files(cfg, result.history, result.final)
-    _track(cfg, result.history, files, "FINISHED", {"fedskew.resumed_from_round": str(result.resumed_from),
-                                                    "fedskew.threads": str(args.threads or cfg.training["threads"])})
+    if _tracking_enabled():
+        tags = {"fedskew.resumed_from_round": str(result.resumed_from),
+                "fedskew.threads": str(args.threads or cfg.training["threads"])}
+        _track(cfg, result.history, files, "FINISHED", tags)
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
+
+
+def cmd_track(params: Params, args: argparse.Namespace) -> None:
+    """Log a suite's trained runs to MLflow from their run files (a backfill; safe to repeat)."""
+    from fedskew import track
+
+    if args.suite not in params.raw["suites"]:
+        raise ConfigError(f"--suite {args.suite!r} is not defined under `suites` in params.yaml")
+    recorded = track.recorded_runs(track.tracking_uri(Path(".")), f"fedskew/{args.suite}")
+    counts = {"logged": 0, "already recorded": 0, "not trained": 0, "failed": 0}
+    for cfg in params.suite_runs(args.suite):
+        if not Path(cfg.path(paths.RUN_METRICS)).exists():
+            counts["not trained"] += 1
+            continue
+        final = read_metrics(cfg)  # only intact run files are logged
+        status = "FAILED" if final.get("status") == "diverged" else "FINISHED"
+        if recorded.get(cfg.run_id) == status:
+            counts["already recorded"] += 1
+            continue
+        files = [Path(cfg.path(p)) for p in (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS)]
+        extra = {"fedskew.error": final["error"]} if "error" in final else {}
+        counts["logged" if _track(cfg, read_history(cfg), files, status, extra) else "failed"] += 1
+    print(f"suite {args.suite}: " + ", ".join(f"{n} {what}" for what, n in counts.items()))
+    if counts["failed"]:
+        raise TrackingError(f"{counts['failed']} run(s) could not be logged; see the errors above")
 
 
 def cmd_aggregate(params: Params, args: argparse.Namespace) -> None:
@@ -125,7 +149,8 @@ def cmd_paper_table(params: Params, args: argparse.Namespace) -> None:
     from fedskew.reproduce.tables import write_paper_table
 
     if args.table not in paper_table_ids():
-        raise ConfigError(f"--table {args.table!r} is not a transcribed paper table; known: {', '.join(paper_table_ids())}")
+        raise ConfigError(f"--table {args.table!r} is not a transcribed paper table; "
+                          f"known: {', '.join(paper_table_ids())}")
     write_paper_table(params, args.table, Path(paths.PAPER_TABLE.format(table=args.table, ext="md")),
                       Path(paths.PAPER_TABLE.format(table=args.table, ext="json")))
 
@@ -190,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{key}", required=True)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: training.threads)")
+    p = sub.add_parser("track", help="log a suite's trained runs to MLflow from their run files "
+                                     "(after a tracking failure; repeating it adds nothing)")
+    p.add_argument("--suite", required=True)
     p = sub.add_parser("aggregate", help="tables and figures of a suite")
     p.add_argument("--suite", required=True)
     p = sub.add_parser("paper-table", help="a paper's table in its own layout, ours beside the paper's values")
@@ -200,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
-            "train": cmd_train, "aggregate": cmd_aggregate, "methods": cmd_methods, "models": cmd_models,
+            "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
+            "models": cmd_models,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost}
 
 
@@ -216,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         params = None if args.command in ("methods", "models") else load_params(args.params)
         COMMANDS[args.command](params, args)
     except (ConfigError, DatasetUnavailableError, DatasetCorruptError, PartitionError, NonFiniteError,
-            FileNotFoundError) as error:
+            FileNotFoundError, RunFileError, TrackingError) as error:
         print(f"fedskew {args.command}: {error}", file=sys.stderr)
         return 1 if isinstance(error, NonFiniteError) else 2
     return 0

@@ -2,8 +2,10 @@
 
 Validation happens once, early, and the same way for the workflow and the CLI: the
 JSON schema in workflow/schemas/ first (types, ranges, known names, known
-hyperparameters), then the checks that relate keys to each other. Every problem is
-reported with the key, the bad value and what is allowed, all at once.
+hyperparameters, no item listed twice), then the checks that relate keys to each other,
+among them whether each partition can split each dataset a suite uses it on, wherever the
+dataset's size is known in advance (fedskew.data.sizes). Every problem is reported with
+the key, the bad value and what is allowed, all at once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +90,21 @@ def _describe(error, root_schema: dict) -> str:
     if kind in ("minItems", "minProperties"):
         return f"{where}: must not be empty"
     if kind == "uniqueItems":
-        return f"{where}: {_short(value)} has duplicates"
+        return f"{where}: {_twice(value) or _short(value) + ' has duplicates'}; keep one"
     return f"{where}: {error.message}"
+
+
+def _twice(items: list) -> str:
+    """The items of a list that repeat an earlier one, with both positions: "'fedavg' is listed twice (items 0, 2)"."""
+    first: dict[str, int] = {}
+    repeats = []
+    for i, item in enumerate(items):
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key in first:
+            repeats.append(f"{_short(item)} is listed twice (items {first[key]}, {i})")
+        else:
+            first[key] = i
+    return "; ".join(repeats)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -120,7 +135,9 @@ def read_params_file(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
 
 
-def _schema_errors(raw: Any) -> list[str]:
+@cache
+def _schema_validator():
+    """The schema, parsed once per process (parsing it costs about 0.1 s; tests validate hundreds of files)."""
     import jsonschema
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
@@ -128,7 +145,12 @@ def _schema_errors(raw: Any) -> list[str]:
     # integer must be written as one.
     strict_types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
-    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict_types)(schema)
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict_types)(schema)
+
+
+def _schema_errors(raw: Any) -> list[str]:
+    validator = _schema_validator()
+    schema = validator.schema
     messages = []
     for error in validator.iter_errors(raw):
         # if/then branches report through their leaf errors; skip the wrapper messages.
@@ -256,13 +278,14 @@ class Params:
 
 
 def _cross_checks(raw: dict) -> list[str]:
-    """Checks the schema cannot express: references between sections, model/dataset fit."""
+    """Checks the schema cannot express: references between sections, model/dataset fit, partition feasibility."""
     import torch
 
     from fedskew.algorithms import ALGORITHMS
     from fedskew.models import build_model, incompatibility
 
     problems = []
+    used: dict[tuple[str, str], list[str]] = {}  # (dataset, partition) -> the settings using it
     for i, suite in enumerate(raw["run"]["suites"]):
         if suite not in raw["suites"]:
             problems.append(f"run.suites[{i}]: {suite!r} is not a suite; defined: {', '.join(raw['suites'])}")
@@ -282,6 +305,7 @@ def _cross_checks(raw: dict) -> list[str]:
                 problems.append(f"suites.{name}.methods[{i}]: {method!r} is neither a method defined under "
                                 f"`methods` ({', '.join(raw['methods']) or 'none'}) nor an algorithm "
                                 f"({', '.join(ALGORITHMS)})")
+        first_setting: dict[tuple[str, str], int] = {}
         for j, setting in enumerate(suite["settings"]):
             where = f"suites.{name}.settings[{j}]"
             dataset = setting["dataset"]
@@ -298,6 +322,13 @@ def _cross_checks(raw: dict) -> list[str]:
                 elif raw["partitions"][partition]["scheme"] == "natural" and not info.has_natural_partition:
                     problems.append(f"{where}.partitions[{k}]: {partition!r} uses scheme 'natural', but dataset "
                                     f"{dataset!r} ({spec['source']}) has no natural clients; use iid/dirichlet/...")
+                elif (dataset, partition) in first_setting:  # the same runs twice, under one path
+                    problems.append(f"{where}.partitions[{k}]: partition {partition!r} of dataset {dataset!r} is "
+                                    f"listed twice in suite {name!r} (also in "
+                                    f"settings[{first_setting[dataset, partition]}]); keep one")
+                else:
+                    first_setting[dataset, partition] = j
+                    used.setdefault((dataset, partition), []).append(where)
             section = copy.deepcopy(training)
             resolved = {**TRAINING_DEFAULTS, **section, **section.get("overrides", {}).get(dataset, {})}
             model = resolved["model"]
@@ -313,6 +344,43 @@ def _cross_checks(raw: dict) -> list[str]:
                 if resolved["split_point"] not in points:
                     problems.append(f"training.{name}: split_point {resolved['split_point']!r} is not a split point "
                                     f"of model {model!r}; known: {', '.join(points)}")
+    return problems + _size_problems(raw, used)
+
+
+def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[str]:
+    """What the download or partition job would refuse, found now from sizes known in advance.
+
+    Each (dataset, partition) pair a suite uses goes through the partition job's own rules
+    (fedskew.data.partition.check_feasible), where the training-set size is known before
+    download (fedskew.data.sizes). The others are checked by the partition job.
+    """
+    from fedskew.data import sizes
+    from fedskew.data.partition import PartitionError, check_feasible
+
+    problems, unsplittable = [], set()
+    for name, spec in raw["datasets"].items():
+        if spec["source"] == "digits":
+            fraction = spec.get("test_fraction", DATASET_DEFAULTS["digits"]["test_fraction"])
+            n_train, n_test = sizes.digits_split_sizes(fraction)
+            if min(n_train, n_test) < 10:  # scikit-learn's stratified split needs one image per class in each
+                problems.append(f"datasets.{name}.test_fraction: {fraction} leaves {n_train} training and {n_test} "
+                                "test images of the 1797; each needs at least 10 (one per class); use a value "
+                                "between 0.006 and 0.994")
+                unsplittable.add(name)
+    for (dataset, partition), settings in used.items():
+        spec = {**DATASET_DEFAULTS[raw["datasets"][dataset]["source"]], **raw["datasets"][dataset]}
+        scheme = raw["partitions"][partition]["scheme"]
+        n = sizes.train_size(spec)
+        if n is None or scheme == "natural" or dataset in unsplittable:  # natural: no parameters, fit checked above
+            continue
+        params = {k: v for k, v in {**PARTITION_DEFAULTS.get(scheme, {}), **raw["partitions"][partition]}.items()
+                  if k != "scheme"}
+        num_classes = dataset_info(spec).num_classes
+        try:
+            check_feasible(scheme, params, n, num_classes, sizes.label_counts(spec), dataset)
+        except PartitionError as error:
+            problems.append(f"partitions.{partition} cannot split datasets.{dataset} ({n} training samples, "
+                            f"{num_classes} classes), used by {', '.join(settings)}: {error}")
     return problems
 
 

@@ -6,6 +6,15 @@ jobs log to one local SQLite store at once; SQLite plus MLflow's SQLAlchemy stor
 safe for that (schema creation, experiment creation and writes race or fail with
 "database is locked"), so every access to a local store holds an exclusive ``flock`` on
 ``<store>.lock``. Remote tracking servers serialise writes themselves and take no lock.
+
+A kill must never leave a store that later jobs cannot use. MLflow creates its schema
+through a series of migrations that SQLite cannot apply in one transaction, so a kill
+in the middle leaves a half-migrated file. fedskew therefore builds a new store in a
+sibling temporary file and renames it into place (`ensure_store`), and repairs a
+half-migrated store it finds on a copy (or, when the store holds no runs, moves it
+aside and starts afresh). Logging is idempotent per fedskew run id: a retry continues
+the run it finds (same tag ``fedskew.run_id``) instead of adding a second one, and
+metric points carry the run's start time as timestamp, so logging them again adds nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +25,10 @@ import json
 import logging
 import numbers
 import os
+import shutil
+import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +38,7 @@ from urllib.parse import unquote, urlparse
 log = logging.getLogger(__name__)
 
 DEFAULT_DB_NAME = "mlflow.db"
+RUN_KEY_TAG = "fedskew.run_id"  # one MLflow run per value of this tag
 MAX_PARAM_VALUE_LEN = 6000  # MLflow's limit on a param value
 MAX_TAG_VALUE_LEN = 8000  # MLflow's limit on a tag value
 MAX_METRICS_PER_BATCH = 1000
@@ -113,6 +126,128 @@ def _store_lock(uri: str) -> Iterator[None]:
         yield
 
 
+class TrackingStoreError(RuntimeError):
+    """A local store is damaged in a way fedskew will not repair by itself; the message says how."""
+
+
+def _sqlite_store_path(uri: str) -> Path | None:
+    store = _local_store_path(uri)
+    return store.absolute() if store is not None and urlparse(uri).scheme == "sqlite" else None
+
+
+def _store_problem(path: Path) -> str | None:
+    """None when `path` is a complete MLflow store at this MLflow's schema, else what is wrong."""
+    import sqlalchemy
+    from mlflow.store.db import utils
+
+    try:
+        # Any read first rolls back a transaction that a kill left in <store>-journal.
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as error:
+        return f"SQLite cannot read it ({error})"
+    if leftovers := sorted(t for t in tables if t.startswith("_alembic_tmp_")):
+        return f"an interrupted schema migration left {', '.join(leftovers)}"
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+    try:
+        if not utils._all_tables_exist(engine):  # MLflow's own test of a complete schema
+            return "MLflow's tables are incomplete (an interrupted schema creation)"
+        version, head = utils._get_schema_version(engine), utils._get_latest_schema_revision()
+    finally:
+        engine.dispose()
+    return None if version == head else f"schema version {version}, but this MLflow needs {head}"
+
+
+def _run_count(path: Path) -> int:
+    """Runs recorded in a (possibly damaged) store; 0 when there is no readable runs table."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def _migrate(path: Path) -> None:
+    """Create MLflow's schema in `path`, or finish a migration that was interrupted there."""
+    import sqlalchemy
+    from mlflow.store.db import utils
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        # A batch migration copies table T to _alembic_tmp_T, drops T, then renames the copy:
+        # a leftover copy is stale while T exists, and is T's only data once T was dropped.
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for leftover in sorted(t for t in tables if t.startswith("_alembic_tmp_")):
+            original = leftover.removeprefix("_alembic_tmp_")
+            db.execute(f'DROP TABLE "{leftover}"' if original in tables
+                       else f'ALTER TABLE "{leftover}" RENAME TO "{original}"')
+        db.commit()
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+    try:
+        if utils._is_empty_database(engine):
+            utils._initialize_tables(engine)
+        else:
+            utils._upgrade_db(engine)
+    finally:
+        engine.dispose()
+
+
+def _drop_pooled_connections(path: Path) -> None:
+    """Close this process's pooled MLflow connections to `path`: they still point at the replaced file."""
+    store_module = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
+    if store_module is None:
+        return
+    for engine in list(store_module.SqlAlchemyStore._engine_map.values()):
+        if engine.url.database and Path(engine.url.database).absolute() == path:
+            engine.dispose()  # the engine stays usable and opens new connections to the new file
+
+
+def ensure_store(uri: str) -> None:
+    """Make a local SQLite store complete and current, never leaving a half-written one behind.
+
+    Call with the store lock held. A missing or empty store is created in a temporary
+    sibling file and renamed into place, so a kill at any moment leaves either no store or
+    a complete one. A damaged store without runs is moved aside and replaced; one with runs
+    is repaired on a copy that replaces it only once it checks out. Remote servers and file
+    stores are left to themselves.
+    """
+    path = _sqlite_store_path(uri)
+    if path is None:
+        return
+    for stale in path.parent.glob(f".{path.name}.init-*"):  # a killed initialisation's copy (we hold the lock)
+        stale.unlink(missing_ok=True)
+    existing = path.exists() and path.stat().st_size > 0  # SQLite reads an empty file as an empty database
+    problem = _store_problem(path) if existing else None
+    if existing and problem is None:
+        return
+    runs = _run_count(path) if existing else 0
+    if existing:
+        log.warning("MLflow store %s is damaged: %s; %s", path, problem,
+                    "repairing a copy of it" if runs else "it holds no runs, so it is replaced by a new store")
+    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
+    try:
+        if runs:
+            shutil.copyfile(path, tmp)
+        _migrate(tmp)
+        if (left := _store_problem(tmp)) is not None:
+            raise TrackingStoreError(left)
+        if existing and not runs:
+            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+            os.replace(path, aside)
+            log.warning("moved the damaged store to %s", aside)
+        os.replace(tmp, path)
+        _drop_pooled_connections(path)
+    except Exception as error:
+        if not existing:
+            raise TrackingStoreError(f"creating the MLflow store {path} failed: {error}") from error
+        raise TrackingStoreError(
+            f"MLflow store {path} is damaged ({problem}) and could not be repaired ({error}). It holds {runs} "
+            f"run(s) and was left as it is. Back it up, then run `mlflow db upgrade sqlite:///{path}`, or move it "
+            f"aside; the run files are intact and `python -m fedskew track --suite <suite>` logs them again."
+        ) from error
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _import_mlflow(uri: str) -> type:
     """Import MLflow (and, for SQLite, its slow SQLAlchemy store) before taking the lock, so
     parallel writers spend their CPU-bound import time in parallel, not queued behind each other."""
@@ -146,14 +281,23 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-def _metrics(history: list[dict]) -> list[Any]:
-    """Every numeric value of every history row as an MLflow metric at step = round."""
+def _metrics(history: list[dict], timestamp: int) -> list[Any]:
+    """Every numeric value of every history row as an MLflow metric at step = round.
+
+    All points share one timestamp (the run's start), so logging the same history again
+    (a retry, a backfill) reproduces identical points, which MLflow stores once.
+    """
     from mlflow.entities import Metric
 
-    now = int(time.time() * 1000)
-    return [Metric(key, float(value), now, int(row["round"]))
+    return [Metric(key, float(value), timestamp, int(row["round"]))
             for row in history for key, value in row.items()
             if key != "round" and isinstance(value, numbers.Real) and not isinstance(value, bool)]
+
+
+def _find_run(client: Any, experiment_id: str, key: str) -> Any | None:
+    """The run already recorded for fedskew run id `key` (a finished one first, then the oldest), or None."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'", max_results=100)
+    return min(found, key=lambda r: (r.info.status != "FINISHED", r.info.start_time)) if found else None
 
 
 def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict, history: list[dict],
@@ -161,8 +305,10 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
             uri: str | None = None) -> str:
     """Record one training run in MLflow and return its run id.
 
-    A run that fails to log completely is marked FAILED (best effort) and the error is
-    re-raised, so a half-logged run never looks finished.
+    Idempotent per ``tags[RUN_KEY_TAG]`` (when given): a run already recorded under that
+    fedskew run id, e.g. by a job killed while logging, is continued and completed instead
+    of a second one being created. A run that fails to log completely is marked FAILED (best
+    effort) and the error is re-raised, so a half-logged run never looks finished.
     """
     if status not in ("FINISHED", "FAILED", "KILLED"):
         raise ValueError(f"status must be FINISHED, FAILED or KILLED, not {status!r}")
@@ -176,15 +322,22 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
     # build everything before touching the store: bad input fails fast and holds no lock
     param_list = [Param(k, v) for k, v in flatten_params(params).items()]
     tag_list = [RunTag(k, _truncate(str(v), MAX_TAG_VALUE_LEN)) for k, v in all_tags.items()]
-    metric_list = _metrics(history)
     local = _local_store_path(uri) is not None
     artifact_location = (Path(project_root).resolve() / "mlartifacts").as_uri() if local else None
     run_id = None
+    key = all_tags.get(RUN_KEY_TAG)
     with _store_lock(uri):
+        ensure_store(uri)
         try:
             client = client_class(tracking_uri=uri)
-            run_id = client.create_run(_experiment_id(client, experiment, artifact_location),
-                                       run_name=run_name).info.run_id
+            experiment_id = _experiment_id(client, experiment, artifact_location)
+            run = _find_run(client, experiment_id, key) if key else None
+            if run is not None:
+                log.info("continuing MLflow run %s of %s %s", run.info.run_id, RUN_KEY_TAG, key)
+            else:  # the key tag is written with the run, in one transaction: a kill cannot separate them
+                run = client.create_run(experiment_id, run_name=run_name, tags={RUN_KEY_TAG: key} if key else None)
+            run_id = run.info.run_id
+            metric_list = _metrics(history, run.info.start_time)
             for batch in _chunks(param_list, MAX_PARAMS_TAGS_PER_BATCH):
                 client.log_batch(run_id, params=batch)
             for batch in _chunks(tag_list, MAX_PARAMS_TAGS_PER_BATCH):
@@ -210,18 +363,37 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
     return run_id
 
 
+def recorded_runs(uri: str, experiment: str) -> dict[str, str]:
+    """fedskew run id -> MLflow status of the runs in an experiment (FINISHED wins over others)."""
+    client_class = _import_mlflow(uri)
+    with _store_lock(uri):
+        ensure_store(uri)
+        client = client_class(tracking_uri=uri)
+        found = client.get_experiment_by_name(experiment)
+        runs = [] if found is None else list(_all_runs(client, found.experiment_id))
+    status: dict[str, str] = {}
+    for run in runs:
+        key = run.data.tags.get(RUN_KEY_TAG)
+        if key and status.get(key) != "FINISHED":
+            status[key] = run.info.status
+    return status
+
+
+def _all_runs(client: Any, experiment_id: str) -> Iterator[Any]:
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
 def count_runs(uri: str, experiment: str) -> int:
     """Number of runs in an experiment (0 if it does not exist); takes the store lock like log_run."""
     client_class = _import_mlflow(uri)
     with _store_lock(uri):
+        ensure_store(uri)
         client = client_class(tracking_uri=uri)
         found = client.get_experiment_by_name(experiment)
-        if found is None:
-            return 0
-        total, token = 0, None
-        while True:
-            page = client.search_runs([found.experiment_id], max_results=1000, page_token=token)
-            total += len(page)
-            token = page.token
-            if not token:
-                return total
+        return 0 if found is None else sum(1 for _ in _all_runs(client, found.experiment_id))

@@ -23,7 +23,7 @@ import fake_datasets as fakes  # noqa: E402
 from fake_archives import LoopbackServer  # noqa: E402
 
 from fedskew.data import adult, cinic10, femnist, imagenet_subset, registry, tinyimagenet  # noqa: E402
-from fedskew.data.download import (  # noqa: E402
+from fedskew.data.fetch import (  # noqa: E402
     CACHE,
     CACHE_META,
     MARKER,
@@ -468,7 +468,7 @@ def test_registry_prepares_and_loads_cinic10(cinic_fake, server, monkeypatch, tm
     tensors = torch.load(tmp_path / manifest["tensors"], weights_only=True)
     tensors["y_train"][0] = (tensors["y_train"][0] + 1) % 10
     torch.save(tensors, tmp_path / manifest["tensors"])
-    with pytest.raises(RuntimeError, match="corrupt"):
+    with pytest.raises(DatasetCorruptError, match="corrupt"):
         registry.load("cinic", spec, tmp_path)
 
 

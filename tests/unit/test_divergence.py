@@ -51,3 +51,22 @@ def test_recorded_divergence_reaches_the_table(project, tiny_params):
     # The recording policy does not change what a converging run is: same run id.
     assert cfg.run_id == load_params({**tiny_params, "training": {"tiny": {
         k: v for k, v in tiny_params["training"]["tiny"].items() if k != "on_divergence"}}}).runs()[0].run_id
+
+
+@pytest.mark.parametrize(("samples", "advice", "not_advice"), [
+    ({3: 0, 5: 40}, "client(s) [3] hold 0 training samples (0 local steps), the likely cause", "lower training.lr"),
+    ({3: 25, 5: 40}, "lower training.lr", "0 training samples"),
+])
+def test_the_nan_guard_names_an_empty_client_rather_than_the_learning_rate(samples, advice, not_advice):
+    # An empty client divides by zero (0 samples, 0 local steps): a lower lr would not help.
+    import torch
+
+    from fedskew.engine.simulation import check_finite
+    from fedskew.fl.base import RoundResult
+
+    nan_model = RoundResult({"w": torch.tensor([float("nan")])}, {3: 0.5, 5: 0.4}, samples, {})
+    nan_loss = RoundResult({"w": torch.zeros(1)}, {3: float("nan"), 5: 0.4}, samples, {})
+    for outcome, words in ((nan_model, "aggregated model has non-finite values in 'w' after round 2"),
+                           (nan_loss, "non-finite training loss (nan) in round 2, client 3")):
+        message = str(pytest.raises(NonFiniteError, check_finite, outcome, "abc", 2).value)
+        assert words in message and advice in message and not_advice not in message

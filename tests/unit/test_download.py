@@ -1,4 +1,5 @@
-"""fedskew.data.download against fake archives in the real formats, served from a loopback HTTP server.
+"""fedskew.data.download (through fedskew.data.fetch) against fake archives in the real formats,
+served from a loopback HTTP server.
 
 Every test runs the real download -> verify -> decode path; only the torchvision class attributes
 (URLs and md5s) are pointed at 127.0.0.1. Expected tensors come from the generated arrays.
@@ -21,11 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 from fake_archives import FakeDataset, LoopbackServer, install_fake  # noqa: E402
 
-from fedskew.data import download  # noqa: E402
+from fedskew.data import download, fetch  # noqa: E402
 from fedskew.data.download import (  # noqa: E402
-    CACHE,
-    CACHE_META,
-    MARKER,
     TORCHVISION_DATASETS,
     DatasetCorruptError,
     DatasetUnavailableError,
@@ -34,6 +32,7 @@ from fedskew.data.download import (  # noqa: E402
     prepare,
     raw_dir,
 )
+from fedskew.data.fetch import CACHE, CACHE_META, MARKER, file_sha256  # noqa: E402
 
 try:
     import scipy.io  # noqa: F401
@@ -85,7 +84,7 @@ def test_downloads_verifies_and_decodes_from_loopback(name, server, monkeypatch,
         assert (folder / filename).read_bytes() == body
     marker = json.loads((folder / MARKER).read_text())
     assert {fn: entry["md5"] for fn, entry in marker["files"].items()} == {
-        fn: download._file_digest(folder / fn, "md5") for fn in fake.files}
+        fn: md5_of((folder / fn).read_bytes()) for fn in fake.files}
     assert (folder / CACHE).is_file() and (folder / CACHE_META).is_file()
     assert leftovers(tmp_path) == []
 
@@ -131,7 +130,7 @@ def test_unreachable_server_raises_unavailable_with_instructions(name, server, m
     dead = LoopbackServer()
     dead.close()  # its 127.0.0.1 port is closed now: connections are refused
     fake = install_fake(name, dead, monkeypatch)
-    monkeypatch.setattr(download, "DOWNLOAD_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(fetch, "DOWNLOAD_TIMEOUT_S", 5.0)
     with pytest.raises(DatasetUnavailableError) as info:
         prepare(name, tmp_path)
     message = str(info.value)
@@ -166,7 +165,7 @@ def test_blackholed_server_times_out(monkeypatch, tmp_path, server):
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/cifar-10-python.tar.gz"
         monkeypatch.setattr(TORCHVISION_DATASETS["cifar10"].cls, "url", url)
-        monkeypatch.setattr(download, "DOWNLOAD_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(fetch, "DOWNLOAD_TIMEOUT_S", 0.5)
         start = time.monotonic()
         with pytest.raises(DatasetUnavailableError, match="timed out"):
             prepare("cifar10", tmp_path)
@@ -253,7 +252,7 @@ def test_tampered_cache_is_rebuilt_not_trusted(tamper, server, monkeypatch, tmp_
     assert_matches(load_tensors("mnist", tmp_path), fake, "mnist")
     assert server.requests == []  # rebuilt from the verified archives, not re-downloaded
     meta = json.loads((tmp_path / "mnist" / CACHE_META).read_text())
-    assert meta["sha256"] == download._file_digest(cache, "sha256")
+    assert meta["sha256"] == file_sha256(cache)
 
 
 def test_cache_with_consistent_but_wrong_sidecar_is_rebuilt(server, monkeypatch, tmp_path):
@@ -265,7 +264,7 @@ def test_cache_with_consistent_but_wrong_sidecar_is_rebuilt(server, monkeypatch,
     data["y_test"] = data["y_test"] + 50  # labels out of range
     torch.save(data, cache)
     meta = json.loads(sidecar.read_text())
-    meta["sha256"] = download._file_digest(cache, "sha256")
+    meta["sha256"] = file_sha256(cache)
     sidecar.write_text(json.dumps(meta))
     assert_matches(load_tensors("mnist", tmp_path), fake, "mnist")
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from fedskew import paths
-from fedskew.cli import write_run_files
+from fedskew.runfiles import write_run_files
 from fedskew.config import load_params
 from fedskew.engine.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedskew.engine.evaluate import evaluate
@@ -348,7 +348,7 @@ def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeyp
     real_save = torch.save
 
     def crash_midway(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"half a checkpoint")
+        f.write(b"half a checkpoint")
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", crash_midway)

@@ -21,7 +21,7 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.config import load_params
-from fedskew.engine.checkpoint import CHECKPOINT_NAME
+from fedskew.engine.checkpoint import CHECKPOINT_NAME, read_checkpoint, save_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training, train_client
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientUpdate, TrainingSettings
@@ -422,8 +422,7 @@ def test_every_method_learns_digits(project, tiny_params, method) -> None:
 # --------------------------------------------------------------------------- resume
 
 def _checkpoint(cfg) -> dict:
-    return torch.load(cfg.path(paths.CHECKPOINT_DIR)
-                      / CHECKPOINT_NAME, weights_only=False)
+    return read_checkpoint(cfg.path(paths.CHECKPOINT_DIR) / CHECKPOINT_NAME)
 
 
 def _assert_same_tensors(a, b) -> None:
@@ -460,8 +459,7 @@ def test_resume_is_bit_identical(project, tiny_params, method) -> None:
         # The client store matters: clients trained in rounds 1-2 and resuming without it differs.
         assert stopped["algorithm_state"]["previous_states"]
         stopped["algorithm_state"]["previous_states"] = {}
-        torch.save(stopped, cfg.path(paths.CHECKPOINT_DIR)
-                   / CHECKPOINT_NAME)
+        save_checkpoint(cfg.path(paths.CHECKPOINT_DIR), stopped)
         without_store = run_training(cfg)
         assert without_store.resumed_from == 2
         assert without_store.history != full.history

@@ -14,6 +14,7 @@ from fedskew.data.partition import (
     SCHEMES,
     Partition,
     PartitionError,
+    check_feasible,
     load_partition,
     make_partition,
     plot_heatmap,
@@ -326,12 +327,129 @@ def test_bad_labels_and_natural_groups() -> None:
         make_partition(np.array([0, 1, 10]), C, "iid", {"clients": 1}, 0)
     with pytest.raises(PartitionError, match="integers"):
         make_partition(np.array([0.0, 1.0]), C, "iid", {"clients": 1}, 0)
-    with pytest.raises(PartitionError, match="empty"):
-        make_partition(np.array([0, 1, 2]), C, "natural", {}, 0, natural_groups=np.array([0, 2, 2]))
     with pytest.raises(PartitionError, match="fewer samples"):
         make_partition(IMBALANCED, C, "quantity_per_label", {"clients": 250, "alpha": 1}, 0)
     with pytest.raises(PartitionError, match="seed"):
         make_partition(VARIED, C, "iid", {"clients": 2}, -1)
+
+
+def test_natural_drops_group_ids_no_sample_carries(caplog) -> None:
+    # Ids 1 and 4 are gaps: the three groups left become clients 0, 1, 2 and the gaps are recorded.
+    groups = np.array([0, 2, 2, 3, 0, 3])
+    with caplog.at_level("INFO", logger="fedskew.data.partition"):
+        p = make_partition(np.array([0, 1, 2, 3, 4, 5]), C, "natural", {}, 0, dataset="toy", natural_groups=groups)
+    assert [ix.tolist() for ix in p.client_indices] == [[0, 4], [1, 2], [3, 5]]
+    assert p.meta["dropped_empty_groups"] == [1] and p.meta["num_clients"] == 3
+    assert "group id(s) [1] hold no sample; dropped" in caplog.text and "'toy'" in caplog.text
+    # Without gaps nothing is recorded, so existing natural partitions keep their content hash.
+    assert "dropped_empty_groups" not in _make(VARIED, "natural").meta
+
+
+@pytest.mark.parametrize("scheme", sorted(set(CONFIGS) - {"natural"}))
+def test_a_scheme_that_leaves_a_client_empty_is_refused(scheme: str, monkeypatch) -> None:
+    # check_feasible keeps the real schemes from emptying a client; this is the net behind it.
+    real = SCHEMES[scheme]
+
+    def emptying(*args, **kwargs):
+        parts = real(*args, **kwargs)
+        return [parts[0][:0], np.concatenate([parts[0], parts[1]]), *parts[2:]]
+
+    monkeypatch.setitem(SCHEMES, scheme, emptying)
+    with pytest.raises(PartitionError) as err:
+        _make(VARIED, scheme)
+    message = str(err.value)
+    assert "1 client(s) would hold no sample (client ids [0])" in message and "use fewer clients" in message
+    assert f"scheme={scheme!r}" in message and "n=2000" in message
+
+
+@pytest.mark.parametrize(("scheme", "params"), [
+    ("iid", {"clients": 20}),  # one sample each
+    ("dirichlet", {"clients": 20, "beta": 0.1, "min_size": 1}),
+    ("quantity", {"clients": 10, "alpha": 2}),  # 20 one-sample sets
+    ("quantity_per_label", {"clients": 10, "alpha": 2}),  # 2 one-sample portions per class
+    ("shards", {"clients": 10, "shards_per_client": 2}),
+])
+def test_the_tightest_feasible_request_gives_every_client_a_sample(scheme: str, params: dict) -> None:
+    labels = np.repeat(np.arange(C), 2)  # 20 samples, 2 per class
+    p = make_partition(labels, C, scheme, params, 0)
+    assert p.num_clients == params["clients"] and p.client_sizes.min() >= 1
+
+
+def test_min_size_zero_is_refused() -> None:
+    with pytest.raises(PartitionError, match=r"min_size must be >= 1 \(no client may be empty\), got 0"):
+        make_partition(VARIED, C, "dirichlet", {"clients": 5, "beta": 0.5, "min_size": 0}, 0)
+
+
+# ---------------------------------------------------------------- feasibility before data (check_feasible)
+
+
+def test_check_feasible_is_what_make_partition_applies(monkeypatch) -> None:
+    import fedskew.data.partition as partition
+
+    calls = []
+    monkeypatch.setattr(partition, "check_feasible",
+                        lambda *args, **kwargs: calls.append(args) or check_feasible(*args, **kwargs))
+    make_partition(VARIED, C, "quantity", {"clients": 5, "alpha": 2}, 0, dataset="toy")
+    scheme, params, n, num_classes, counts, dataset = calls[0]
+    assert (scheme, params, n, num_classes, dataset) == ("quantity", {"clients": 5, "alpha": 2}, 2000, C, "toy")
+    assert counts.tolist() == np.bincount(VARIED, minlength=C).tolist()
+
+
+def test_check_feasible_fills_defaults_and_needs_no_labels() -> None:
+    assert check_feasible("dirichlet", {"clients": 5, "beta": 1}, 1437, 10) == {
+        "clients": 5, "beta": 1.0, "min_size": 10, "max_redraws": 1000}
+    with pytest.raises(PartitionError, match="min_size=10 for each of 500 clients needs 5000 samples but only 1437"):
+        check_feasible("dirichlet", {"clients": 500, "beta": 0.5}, 1437, 10, dataset="digits")
+    with pytest.raises(PartitionError, match="unknown partition scheme 'nope'"):
+        check_feasible("nope", {}, 10, 2)
+
+
+def test_rules_needing_class_counts_wait_for_them() -> None:
+    # Class 9 has 20 samples: 250 clients x alpha 1 / 10 classes = 25 portions per class is too many.
+    counts = np.bincount(IMBALANCED, minlength=C)
+    with pytest.raises(PartitionError, match="fewer samples"):
+        check_feasible("quantity_per_label", {"clients": 250, "alpha": 1}, 2000, C, counts)
+    check_feasible("quantity_per_label", {"clients": 250, "alpha": 1}, 2000, C)  # unknown counts: left to later
+    # Q(1) over 5 clients covers 5 classes, not the 10 present; unknown counts leave it to make_partition.
+    with pytest.raises(PartitionError, match="cannot cover the 10"):
+        check_feasible("quantity", {"clients": 5, "alpha": 1}, 2000, C, counts)
+    check_feasible("quantity", {"clients": 5, "alpha": 1}, 2000, C)
+
+
+@pytest.mark.parametrize(("test_fraction", "seed"), [(0.2, 0), (0.2, 3), (0.1, 1), (0.33, 2), (0.5, 7), (0.05, 0)])
+def test_digits_sizes_are_those_of_the_real_split(test_fraction: float, seed: int) -> None:
+    from fedskew.data import sizes
+    from fedskew.data.embedded import load_digits_split
+
+    spec = {"source": "digits", "test_fraction": test_fraction, "seed": seed}
+    y_train = load_digits_split(test_fraction, seed)["y_train"].numpy()
+    assert sizes.train_size(spec) == len(y_train)
+    assert sizes.label_counts(spec).tolist() == np.bincount(y_train, minlength=10).tolist()
+
+
+def test_synthetic_sizes_are_those_of_the_generated_data() -> None:
+    from fedskew.data import sizes
+    from fedskew.data.embedded import generate_synthetic
+
+    for seed in (0, 1):
+        spec = {"source": "synthetic", "lam": 1.0, "mu": 1.0, "clients": 12, "dim": 60, "classes": 10, "seed": seed}
+        y_train = generate_synthetic(1.0, 1.0, 12, 60, 10, seed)["y_train"].numpy()
+        assert sizes.train_size(spec) == len(y_train)
+        assert sizes.label_counts(spec).tolist() == np.bincount(y_train, minlength=10).tolist()
+
+
+def test_fixed_sizes_agree_with_the_cost_table_and_the_class_counts() -> None:
+    from fedskew.data import sizes
+    from fedskew.data.registry import DATASET_DEFAULTS, dataset_info
+    from fedskew.reproduce.cost import SIZES
+
+    for source in [*sizes.FIXED_LABEL_COUNTS, *sizes.FIXED_TRAIN_SIZES]:
+        spec = {"source": source, **DATASET_DEFAULTS[source]}
+        assert sizes.train_size(spec) == SIZES[source][0], source
+        counts = sizes.label_counts(spec)
+        assert counts is None or len(counts) == dataset_info(spec).num_classes, source
+    for source in ("femnist", "imagenet_subset"):  # depend on a writer draw / a local copy: unknown
+        assert sizes.train_size({"source": source, **DATASET_DEFAULTS[source]}) is None
 
 
 # ---------------------------------------------------------------- figure

@@ -11,12 +11,12 @@ import statistics
 
 import pytest
 
-from fedskew import paths
 from fedskew.config import load_params
 from fedskew.reproduce.claims import Claim, _evaluate, evaluate_on_paper, load_claims, overall, write_ledger
 from fedskew.reproduce.layouts import check_against_params, load_layouts
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.reproduce.tables import our_cells, render
+from fedskew.runfiles import write_run_files
 from tests.conftest import REPO
 
 EXPECTED_TABLES = ([f"fedlc_t{i}" for i in range(1, 8)] + [f"scala_t{i}" for i in range(1, 9)]
@@ -126,11 +126,10 @@ def test_overall_verdict_needs_every_protocol_to_agree() -> None:
     assert overall(["not run here"]) == "not run here"
 
 
-def _write_runs(params, root, suite, value_of) -> None:
+def _write_runs(params, root, suite, value_of, history=()) -> None:
     for cfg in params.runs([suite]):
-        path = root / cfg.path(paths.RUN_METRICS)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"status": "finished", "final_acc": value_of(cfg), "final_loss": 1.0}))
+        write_run_files(cfg, list(history), {"status": "finished", "final_acc": value_of(cfg), "final_loss": 1.0},
+                        root)
 
 
 def test_paper_table_cells_show_ours_the_papers_and_delta(params, tmp_path) -> None:
@@ -172,10 +171,8 @@ def test_missing_run_files_name_the_file_and_the_command(params, tmp_path) -> No
 def test_ledger_counts_and_twin_agree(params, tmp_path, monkeypatch) -> None:
     # Every reproduced suite gets hand-made runs (FedLC's rows lowest), then the ledger is written.
     for suite in params.reproduce_suites:
-        _write_runs(params, tmp_path, suite, lambda cfg: 0.3 if cfg.method.startswith("fedlc") else 0.6)
-        for cfg in params.runs([suite]):
-            history = tmp_path / cfg.path(paths.RUN_HISTORY)
-            history.write_text("round,test_acc,test_loss\n" + "".join(f"{r},0.5,1.0\n" for r in range(0, 301, 5)))
+        _write_runs(params, tmp_path, suite, lambda cfg: 0.3 if cfg.method.startswith("fedlc") else 0.6,
+                    [{"round": r, "test_acc": 0.5, "test_loss": 1.0} for r in range(0, 301, 5)])
     records = write_ledger(params, tmp_path / "claims.md", tmp_path / "claims.json", tmp_path)
     twin = json.loads((tmp_path / "claims.json").read_text())
     assert [r["id"] for r in twin["claims"]] == [r["id"] for r in records]

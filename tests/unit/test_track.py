@@ -20,15 +20,6 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 METRICS = ("accuracy", "loss", "balanced_accuracy")
 
 
-@pytest.fixture(scope="session")
-def migrated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty store with MLflow's schema already in place: creating one costs seconds of
-    migrations, so tests that are not about creating the store start from a copy of it."""
-    path = tmp_path_factory.mktemp("template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
-    return path
-
-
 def make_history(rounds: int, offset: float = 0.0) -> list[dict]:
     """Per-round rows whose values are simple functions of the round, so each point can be checked."""
     return [{"round": r, "accuracy": offset + r / 100, "loss": 10.0 - r / 10 + offset,

@@ -38,8 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.download import CACHE, DatasetCorruptError
-from fedskew.data.fetch import SourceFile, ensure_files, load_cache, save_cache, split_problems
+from fedskew.data.fetch import CACHE, DatasetCorruptError, SourceFile, cached_tensors, ensure_files, split_problems
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +171,5 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     folder = raw_dir(raw_root)
     entries = ensure_files(NAME, folder, source_files(), download)
     key = {"preprocessing": PREPROCESSING, "sha256": {name: entry["sha256"] for name, entry in entries.items()}}
-    tensors = load_cache(NAME, folder, key, problems)
-    if tensors is None:
-        tensors = preprocess(folder / "adult.data", folder / "adult.test")
-        save_cache(folder, tensors, key)
-        log.info("%s: %d train / %d test rows, %d features", NAME, len(tensors["y_train"]), len(tensors["y_test"]),
-                 NUM_FEATURES)
-    return folder / CACHE, tensors
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems,
+                                          lambda: preprocess(folder / "adult.data", folder / "adult.test"))

@@ -29,25 +29,22 @@ Decoding decisions:
 from __future__ import annotations
 
 import gzip
-import logging
 import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
 
 import torch
 
-from fedskew.data.download import CACHE, DatasetCorruptError
 from fedskew.data.fetch import (
+    CACHE,
+    DatasetCorruptError,
     SourceFile,
+    cached_tensors,
     decode_rgb,
     ensure_files,
-    load_cache,
-    save_cache,
     split_problems,
     stack_images,
 )
-
-log = logging.getLogger(__name__)
 
 NAME = "cinic10"
 ARCHIVE = "CINIC-10.tar.gz"
@@ -59,9 +56,9 @@ CINIC10_MD5: str | None = "6ee4d0c996905fe93221de577967a372"  # see the module d
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 SPLITS = {"train": "train", "test": "test"}  # fedskew split -> folder in the tarball; `valid` is unused
 IMAGE_SHAPE = (3, 32, 32)
-PREPROCESSING = "cinic10-v1"
+PREPROCESSING = "cinic10-v1"  # bump when decoding changes, so old caches are rebuilt
 HOW_TO_GET = ("CINIC-10 (CC BY 4.0) is listed at https://datashare.ed.ac.uk/handle/10283/3192 "
-              "(DOI 10.7488/ds/2448).")  # bump when decoding changes, so old caches are rebuilt
+              "(DOI 10.7488/ds/2448).")
 
 
 def source_files() -> list[SourceFile]:
@@ -136,11 +133,4 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     folder = raw_dir(raw_root)
     entries = ensure_files(NAME, folder, source_files(), download, HOW_TO_GET)
     key = {"preprocessing": PREPROCESSING, "archive_sha256": entries[ARCHIVE]["sha256"]}
-    tensors = load_cache(NAME, folder, key, problems)
-    if tensors is None:
-        tensors = _decode(folder / ARCHIVE)
-        if issues := problems(tensors):
-            raise DatasetCorruptError(f"{NAME}: decoded tensors are malformed: {'; '.join(issues)}")
-        save_cache(folder, tensors, key)
-        log.info("%s: decoded %d train / %d test images", NAME, len(tensors["y_train"]), len(tensors["y_test"]))
-    return folder / CACHE, tensors
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))

@@ -45,8 +45,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.download import CACHE, MARKER, DatasetCorruptError, DatasetUnavailableError, _remove_stale_temporaries
-from fedskew.data.fetch import digest_of, load_cache, save_cache, split_problems, tree_digests
+from fedskew.data.fetch import (
+    CACHE,
+    MARKER,
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    cached_tensors,
+    digest_of,
+    remove_stale_temporaries,
+    split_problems,
+    tree_digests,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,26 +183,16 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     """
     folder = raw_dir(raw_root)
     files = _json_files(folder)
-    _remove_stale_temporaries(folder, ".*.tmp-*")
+    remove_stale_temporaries(folder, ".*.tmp-*")
     inputs = digest_of(tree_digests(files, folder / MARKER))
     full_key = {"preprocessing": PREPROCESSING, "inputs": inputs}
-    full = load_cache(NAME, folder, full_key, problems)
-    if full is None:
-        full = _decode(files)
-        if issues := problems(full):
-            raise DatasetCorruptError(f"{NAME}: decoded tensors are malformed: {'; '.join(issues)}")
-        save_cache(folder, full, full_key)
-        log.info("%s: decoded %d writers, %d train / %d test samples", NAME, int(full["natural_groups"].max()) + 1,
-                 len(full["y_train"]), len(full["y_test"]))
+    full = cached_tensors(NAME, folder, full_key, problems, lambda: _decode(files))
     writers, seed = spec.get("writers"), int(spec.get("seed", 0))
     if writers is None:
         return folder / CACHE, full
     subset_dir = folder / f"writers{writers}-seed{seed}"
     if subset_dir.is_dir():
-        _remove_stale_temporaries(subset_dir, ".*.tmp-*")
+        remove_stale_temporaries(subset_dir, ".*.tmp-*")
     key = {**full_key, "writers": writers, "seed": seed}
-    tensors = load_cache(NAME, subset_dir, key, problems)
-    if tensors is None:
-        tensors = select_writers(full, writers, seed)
-        save_cache(subset_dir, tensors, key)
-    return subset_dir / CACHE, tensors
+    return subset_dir / CACHE, cached_tensors(NAME, subset_dir, key, problems,
+                                              lambda: select_writers(full, writers, seed))

@@ -1,7 +1,8 @@
-"""Shared plumbing for the datasets fedskew fetches and decodes itself (not through torchvision).
+"""Get a dataset's raw files, verify them, and cache what they decode to: the rules every source follows.
 
-Used by cinic10, tinyimagenet, adult (downloaded archives), femnist and imagenet_subset
-(files placed by hand). The rules are those of fedskew.data.download:
+Every dataset fedskew does not generate itself goes through this module: the torchvision
+sources (fedskew.data.download), cinic10, tinyimagenet and adult (downloaded archives),
+femnist and imagenet_subset (files placed by hand).
 
 * A downloadable file is a `SourceFile`: its name, the URLs to try in order and its pinned
   md5. Downloads land in a temporary sibling folder `data/raw/.<name>.partial-*-<pid>` and
@@ -11,8 +12,11 @@ Used by cinic10, tinyimagenet, adult (downloaded archives), femnist and imagenet
   checked structurally (the dataset module's `check` opens it and verifies the expected
   layout) and the md5 and sha256 of what was actually used are recorded in the marker.
 * VERIFIED.json in the dataset folder is written last; it records each file's expected
-  md5 (or null), actual md5, sha256 and size. While it matches, files are not re-hashed.
-* A hand-placed file with a wrong pinned md5 is reported, never deleted.
+  md5 (or null), actual md5, sha256 and size. While it matches, files are not re-hashed;
+  a marker in any other shape (an older fedskew's included) just makes them be re-hashed.
+* A hand-placed file with a wrong pinned md5 is reported, never deleted: it may be the
+  user's only copy. Offline, the error lists the files to place and where.
+* Temporaries are named `...-<pid>`; those of processes that are gone are removed.
 * The decoded tensors are cached in tensors.pt with a tensors.json sidecar holding its
   sha256 and the key it was built for (input digests, preprocessing version, options);
   a cache whose key, checksum or shapes do not match is rebuilt, never trusted.
@@ -26,30 +30,36 @@ import io
 import json
 import logging
 import os
-from collections.abc import Callable
+import shutil
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedskew.data.download import (
-    CACHE,
-    CACHE_META,
-    MARKER,
-    DatasetCorruptError,
-    DatasetUnavailableError,
-    _read_json,
-    _reason,
-    _remove_stale_temporaries,
-    _scratch_dir,
-    _stream,
-    _write_json_atomic,
-)
-
 log = logging.getLogger(__name__)
 
+DOWNLOAD_TIMEOUT_S = 60.0  # per blocking socket operation (connect, each read), not per file
+MARKER = "VERIFIED.json"
+CACHE = "tensors.pt"
+CACHE_META = "tensors.json"
 CACHE_FORMAT = 1
+
+
+class DatasetUnavailableError(RuntimeError):
+    """The raw files are neither on disk nor downloadable (offline, download=False, server error),
+    or a dataset is not prepared for its current spec."""
+
+
+class DatasetCorruptError(RuntimeError):
+    """A raw file fails its checksum or structure check, verified files fail to decode, or a
+    prepared tensor file no longer matches its manifest."""
 
 
 @dataclass(frozen=True)
@@ -66,61 +76,7 @@ class SourceFile:
     check: Callable[[Path], None] | None = None
 
 
-def file_digests(path: Path) -> dict:
-    """md5, sha256 and size of a file, in one pass."""
-    md5, sha256, size = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            md5.update(block)
-            sha256.update(block)
-            size += len(block)
-    return {"md5": md5.hexdigest(), "sha256": sha256.hexdigest(), "size": size}
-
-
-def _describe(f: SourceFile) -> str:
-    digest = f"md5 {f.md5}" if f.md5 else "md5 not pinned by fedskew: any intact copy is accepted"
-    origin = f"from {f.urls[0]}" if f.urls else "no automatic download"
-    return f"  {f.filename}  ({digest}; {origin})"
-
-
-def unavailable(name: str, folder: Path, files: list[SourceFile], reason: str,
-                how_to_get: str = "") -> DatasetUnavailableError:
-    listing = "\n".join(_describe(f) for f in files)
-    extra = f"\n{how_to_get}" if how_to_get else ""
-    return DatasetUnavailableError(
-        f"dataset {name!r} is not available: {reason}.\nTo work offline, place these files, named exactly "
-        f"as below, in {Path(folder).resolve()}:\n{listing}{extra}"
-    )
-
-
-def _marker_entries(folder: Path, files: list[SourceFile]) -> dict | None:
-    """The marker's per-file entries if they match today's expectations and the files' sizes."""
-    recorded = (_read_json(folder / MARKER) or {}).get("files")
-    if not isinstance(recorded, dict) or set(recorded) != {f.filename for f in files}:
-        return None
-    for f in files:
-        entry, path = recorded[f.filename], folder / f.filename
-        if not isinstance(entry, dict) or entry.get("expected_md5") != f.md5 or not path.is_file() \
-                or path.stat().st_size != entry.get("size"):
-            return None
-    return recorded
-
-
-def _verify(name: str, f: SourceFile, path: Path, digests: dict, origin: str) -> None:
-    """Raise DatasetCorruptError when `path` is not an intact copy of `f`."""
-    if f.md5 is not None:
-        if digests["md5"] != f.md5:
-            raise DatasetCorruptError(f"{f.filename} {origin} has md5 {digests['md5']}, but fedskew's {name} "
-                                      f"expects {f.md5}.")
-        return
-    log.warning("%s: no pinned checksum for %s; checking its structure only and recording md5 %s, sha256 %s",
-                name, f.filename, digests["md5"], digests["sha256"])
-    if f.check is not None:
-        try:
-            f.check(path)
-        except DatasetCorruptError as error:
-            raise DatasetCorruptError(f"{f.filename} {origin} is not a valid {name} file: {error}") from error
-
+# --- verified raw files -----------------------------------------------------------------------
 
 def ensure_files(name: str, folder: Path, files: list[SourceFile], download: bool = True,
                  how_to_get: str = "") -> dict[str, dict]:
@@ -129,8 +85,8 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
     Returns the marker's entries: filename -> {expected_md5, md5, sha256, size}.
     """
     folder = Path(folder)
-    _remove_stale_temporaries(folder.parent, f".{name}.*-*")  # download folders of killed runs
-    _remove_stale_temporaries(folder, ".*.tmp-*")  # half-written marker or cache files
+    remove_stale_temporaries(folder.parent, f".{name}.*-*")  # download/decode folders of killed runs
+    remove_stale_temporaries(folder, ".*.tmp-*")  # half-written marker or cache files
     recorded = _marker_entries(folder, files)
     if recorded is not None:
         return recorded
@@ -152,16 +108,64 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
     if missing:
         entries.update(_download_verified(name, folder, missing, files, how_to_get))
     marker = {f.filename: {"expected_md5": f.md5, **entries[f.filename]} for f in files}
-    _write_json_atomic(folder / MARKER, {"dataset": name, "files": marker})
+    write_json_atomic(folder / MARKER, {"dataset": name, "files": marker})
     log.info("%s: verified %d file(s) in %s", name, len(files), folder)
     return marker
 
+
+def _marker_entries(folder: Path, files: list[SourceFile]) -> dict | None:
+    """The marker's per-file entries if they match today's expectations and the files' sizes."""
+    recorded = (read_json(folder / MARKER) or {}).get("files")
+    if not isinstance(recorded, dict) or set(recorded) != {f.filename for f in files}:
+        return None
+    for f in files:
+        entry, path = recorded[f.filename], folder / f.filename
+        if not isinstance(entry, dict) or "expected_md5" not in entry or entry["expected_md5"] != f.md5 \
+                or not isinstance(entry.get("sha256"), str) or not path.is_file() \
+                or path.stat().st_size != entry.get("size"):
+            return None
+    return recorded
+
+
+def _verify(name: str, f: SourceFile, path: Path, digests: dict, origin: str) -> None:
+    """Raise DatasetCorruptError when `path` is not an intact copy of `f`."""
+    if f.md5 is not None:
+        if digests["md5"] != f.md5:
+            raise DatasetCorruptError(f"{f.filename} {origin} has md5 {digests['md5']}, but fedskew's {name} "
+                                      f"expects {f.md5}.")
+        return
+    log.warning("%s: no pinned checksum for %s; checking its structure only and recording md5 %s, sha256 %s",
+                name, f.filename, digests["md5"], digests["sha256"])
+    if f.check is not None:
+        try:
+            f.check(path)
+        except DatasetCorruptError as error:
+            raise DatasetCorruptError(f"{f.filename} {origin} is not a valid {name} file: {error}") from error
+
+
+def _describe(f: SourceFile) -> str:
+    digest = f"md5 {f.md5}" if f.md5 else "md5 not pinned by fedskew: any intact copy is accepted"
+    origin = f"from {f.urls[0]}" if f.urls else "no automatic download"
+    return f"  {f.filename}  ({digest}; {origin})"
+
+
+def unavailable(name: str, folder: Path, files: list[SourceFile], reason: str,
+                how_to_get: str = "") -> DatasetUnavailableError:
+    listing = "\n".join(_describe(f) for f in files)
+    extra = f"\n{how_to_get}" if how_to_get else ""
+    return DatasetUnavailableError(
+        f"dataset {name!r} is not available: {reason}.\nTo work offline, place these files, named exactly "
+        f"as below, in {Path(folder).resolve()}:\n{listing}{extra}"
+    )
+
+
+# --- downloading ------------------------------------------------------------------------------
 
 def _download_verified(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile],
                        how_to_get: str) -> dict[str, dict]:
     """Fetch `missing` into a temporary sibling folder, verify them, then move them into place."""
     entries = {}
-    with _scratch_dir(folder.parent, f".{name}.partial-") as partial:
+    with scratch_dir(folder.parent, f".{name}.partial-") as partial:
         for f in missing:
             if not f.urls:
                 raise unavailable(name, folder, files, f"{f.filename} cannot be downloaded automatically",
@@ -196,6 +200,34 @@ def _fetch(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest
                       how_to_get)
 
 
+def _reason(error: Exception) -> str:
+    """A one-line cause for a failed download: 'HTTP 404 Not Found', 'timed out', 'Connection refused'."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code} {error.reason}"
+    if isinstance(error, urllib.error.URLError):
+        return str(error.reason)
+    return f"{type(error).__name__}: {error}"
+
+
+def _stream(url: str, dest: Path) -> None:
+    """Download `url` to `dest` with bounded socket waits; a short body is an IncompleteRead."""
+    from torch.hub import tqdm  # real tqdm when installed; shown only on a terminal
+
+    received = 0
+    request = urllib.request.Request(url, headers={"User-Agent": "fedskew"})
+    log.info("downloading %s", url)
+    with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as out, \
+            tqdm(total=response.length, unit="B", unit_scale=True, desc=dest.name,
+                 disable=not sys.stderr.isatty()) as bar:
+        expected = response.length
+        while chunk := response.read(1 << 20):
+            out.write(chunk)
+            received += len(chunk)
+            bar.update(len(chunk))
+    if expected is not None and received < expected:
+        raise http.client.IncompleteRead(b"", expected - received)
+
+
 # --- hand-placed file trees (FEMNIST JSON, a local ImageNet) ----------------------------------
 
 def tree_digests(files: dict[str, Path], marker: Path) -> dict[str, str]:
@@ -204,26 +236,112 @@ def tree_digests(files: dict[str, Path], marker: Path) -> dict[str, str]:
     Nothing is known in advance about such files (they are produced locally), so their
     digests are recorded, not checked; they key the tensor cache, so changed inputs rebuild it.
     """
-    recorded = (_read_json(marker) or {}).get("files") or {}
+    recorded = (read_json(marker) or {}).get("files") or {}
     out, entries = {}, {}
     for key, path in sorted(files.items()):
         stat = path.stat()
         old = recorded.get(key)
-        if isinstance(old, dict) and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns:
+        if isinstance(old, dict) and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns \
+                and isinstance(old.get("sha256"), str):
             digest = old["sha256"]
         else:
-            digest = file_digests(path)["sha256"]
+            digest = file_sha256(path)
         out[key] = digest
         entries[key] = {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     if entries != recorded:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(marker, {"files": entries})
+        write_json_atomic(marker, {"files": entries})
     return out
 
 
 def digest_of(obj: object) -> str:
     """sha256 of an object's canonical JSON (a short key for a set of inputs)."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+# --- digests, JSON files, temporaries ---------------------------------------------------------
+
+def file_digests(path: Path) -> dict:
+    """md5, sha256 and size of a file, in one pass."""
+    md5, sha256, size = hashlib.md5(usedforsecurity=False), hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            md5.update(block)
+            sha256.update(block)
+            size += len(block)
+    return {"md5": md5.hexdigest(), "sha256": sha256.hexdigest(), "size": size}
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object from `path`; None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write `path` through a temporary sibling, so a reader sees the old file or the whole new one."""
+    _write_atomic(path, lambda handle: handle.write((json.dumps(data, indent=2, sort_keys=True) + "\n").encode()))
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """torch.save `tensors` to `path` atomically."""
+    _write_atomic(path, lambda handle: torch.save(tensors, handle))
+
+
+def _write_atomic(path: Path, write: Callable[[io.BufferedWriter], object]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:  # a file handle keeps the bytes independent of the temp name
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())  # on disk before the rename makes it the file readers trust
+    os.replace(tmp, path)
+
+
+def remove_stale_temporaries(folder: Path, pattern: str) -> None:
+    """Delete temporaries named `...-<pid>` whose process is gone (a killed run's leftovers)."""
+    for path in folder.glob(pattern):
+        pid = path.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        log.info("removing %s left by dead process %s", path, pid)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process there: assume alive
+        return True
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:  # exists, owned by another user
+        pass
+    return True
+
+
+@contextmanager
+def scratch_dir(root: Path, prefix: str) -> Iterator[Path]:
+    """A fresh folder `root/<prefix><random>-<pid>`, removed on exit whatever happens."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=prefix, suffix=f"-{os.getpid()}", dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # --- images -----------------------------------------------------------------------------------
@@ -255,43 +373,55 @@ def stack_images(images: list[np.ndarray], shape: tuple[int, ...]) -> torch.Tens
 
 # --- the tensor cache -------------------------------------------------------------------------
 
+Problems = Callable[[dict[str, torch.Tensor]], list[str]]
+
+
+def cached_tensors(name: str, folder: Path, key: dict, problems: Problems,
+                   build: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """folder/tensors.pt when its sidecar vouches for it under `key`; else build(), check and cache the result."""
+    tensors = load_cache(name, folder, key, problems)
+    if tensors is None:
+        tensors = build()
+        if issues := problems(tensors):
+            raise DatasetCorruptError(f"{name}: decoded tensors are malformed: {'; '.join(issues)}")
+        save_cache(folder, tensors, key)
+        log.info("%s: decoded %d train / %d test samples into %s", name, len(tensors["y_train"]),
+                 len(tensors["y_test"]), folder / CACHE)
+    return tensors
+
+
 def save_cache(folder: Path, tensors: dict[str, torch.Tensor], key: dict) -> Path:
-    """Write folder/tensors.pt atomically, then the sidecar that vouches for it; return its path."""
+    """Write folder/tensors.pt atomically, then the sidecar that vouches for it (so a crash leaves no trust)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path, tmp = folder / CACHE, folder / f".{CACHE}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as handle:  # a file handle keeps the bytes independent of the temp name
-        torch.save(tensors, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _write_json_atomic(folder / CACHE_META, {
+    path = folder / CACHE
+    save_tensors(path, tensors)
+    write_json_atomic(folder / CACHE_META, {
         "format": CACHE_FORMAT,
         "key": key,
-        "sha256": file_digests(path)["sha256"],
+        "sha256": file_sha256(path),
         "shapes": {k: list(v.shape) for k, v in tensors.items()},
         "dtypes": {k: str(v.dtype) for k, v in tensors.items()},
     })
     return path
 
 
-def load_cache(name: str, folder: Path, key: dict,
-               problems: Callable[[dict[str, torch.Tensor]], list[str]]) -> dict[str, torch.Tensor] | None:
+def load_cache(name: str, folder: Path, key: dict, problems: Problems) -> dict[str, torch.Tensor] | None:
     """The cached tensors when tensors.json vouches for tensors.pt under `key` and they are well-formed."""
-    meta, path = _read_json(folder / CACHE_META), folder / CACHE
+    meta, path = read_json(folder / CACHE_META), folder / CACHE
     if meta is None or not path.is_file():
         return None
     if meta.get("format") != CACHE_FORMAT or meta.get("key") != key:
         log.info("%s: tensor cache in %s was built from other inputs or options; rebuilding", name, folder)
         return None
-    if file_digests(path)["sha256"] != meta.get("sha256"):
+    if file_sha256(path) != meta.get("sha256"):
         log.warning("%s: %s does not match the sha256 in %s; rebuilding it", name, path, CACHE_META)
         return None
     try:
         tensors = torch.load(path, map_location="cpu", weights_only=True)
+        shapes = {k: list(v.shape) for k, v in tensors.items()}
     except Exception as error:  # noqa: BLE001 - any unreadable cache is rebuilt, never trusted
         log.warning("%s: cannot read %s (%s); rebuilding it", name, path, error)
         return None
-    shapes = {k: list(v.shape) for k, v in tensors.items()} if isinstance(tensors, dict) else None
     if shapes != meta.get("shapes") or problems(tensors):
         log.warning("%s: %s is malformed; rebuilding it", name, path)
         return None

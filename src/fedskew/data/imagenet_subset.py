@@ -32,16 +32,23 @@ Preprocessing (deterministic for a given Pillow/libjpeg):
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedskew.data.download import CACHE, MARKER, DatasetCorruptError, DatasetUnavailableError, _remove_stale_temporaries
-from fedskew.data.fetch import digest_of, load_cache, save_cache, split_problems, stack_images, tree_digests
-
-log = logging.getLogger(__name__)
+from fedskew.data.fetch import (
+    CACHE,
+    MARKER,
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    cached_tensors,
+    digest_of,
+    remove_stale_temporaries,
+    split_problems,
+    stack_images,
+    tree_digests,
+)
 
 NAME = "imagenet_subset"
 WNIDS = (  # the first 12 ILSVRC-2012 synsets in sorted order (class ids 0-11 of the 1000-class index)
@@ -144,16 +151,8 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
                                       f"{imagenet_dir.resolve()} is not a folder.\n{expected_layout(imagenet_dir)}")
     folder = raw_dir(raw_root)
     if folder.is_dir():
-        _remove_stale_temporaries(folder, ".*.tmp-*")
+        remove_stale_temporaries(folder, ".*.tmp-*")
     files = list_images(imagenet_dir)
     key = {"preprocessing": PREPROCESSING, "wnids": list(WNIDS),
            "inputs": digest_of(tree_digests(files, folder / MARKER))}
-    tensors = load_cache(NAME, folder, key, problems)
-    if tensors is None:
-        tensors = _decode(files)
-        if issues := problems(tensors):
-            raise DatasetCorruptError(f"{NAME}: decoded tensors are malformed: {'; '.join(issues)}")
-        save_cache(folder, tensors, key)
-        log.info("%s: decoded %d train / %d test images from %s", NAME, len(tensors["y_train"]),
-                 len(tensors["y_test"]), imagenet_dir)
-    return folder / CACHE, tensors
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(files))

@@ -32,7 +32,13 @@ Schemes (``m`` clients, ``C`` classes, ``n`` samples):
   as ``quantity`` but without the ``alpha <= C`` bound (FedED uses s = 20, 40 for 100/200
   classes) and with its own random stream.
 * ``natural`` (no params): client ``k`` holds the samples whose ``natural_groups`` value is
-  ``k`` (datasets generated per client, e.g. Synthetic).
+  ``k`` (datasets generated per client, e.g. Synthetic). A group id that no sample carries
+  is dropped and the later ids move down by one; the dropped ids are logged and recorded
+  in ``meta["dropped_empty_groups"]``.
+
+No scheme may leave a client empty: :func:`check_feasible` refuses requests whose
+arithmetic cannot give every client a sample (fedskew.config applies it to params.yaml
+before any job runs), and :func:`make_partition` refuses a result with an empty client.
 
 All randomness comes from ``np.random.default_rng([seed, <stable scheme constant>])``, so
 the same inputs give the same partition and byte-identical saved artifacts.
@@ -63,6 +69,7 @@ __all__ = [
     "SCHEME_DEFAULTS",
     "PartitionError",
     "Partition",
+    "check_feasible",
     "make_partition",
     "save_partition",
     "load_partition",
@@ -172,9 +179,9 @@ def _normalise_params(scheme: str, params: dict[str, Any], n: int, dataset: str)
 
 
 def _validate(
-    scheme: str, p: dict[str, Any], n: int, num_classes: int, dataset: str, class_counts: np.ndarray
+    scheme: str, p: dict[str, Any], n: int, num_classes: int, dataset: str, class_counts: np.ndarray | None
 ) -> None:
-    """Reject impossible requests with a message saying what to change."""
+    """Reject impossible requests with a message saying what to change (see check_feasible)."""
     ctx = _describe(scheme, p, n, dataset)
     if "clients" in p:
         m = p["clients"]
@@ -187,8 +194,8 @@ def _validate(
     if scheme == "dirichlet":
         if p["beta"] <= 0:
             raise PartitionError(f"beta must be > 0, got {p['beta']} {ctx}")
-        if p["min_size"] < 0:
-            raise PartitionError(f"min_size must be >= 0, got {p['min_size']} {ctx}")
+        if p["min_size"] < 1:
+            raise PartitionError(f"min_size must be >= 1 (no client may be empty), got {p['min_size']} {ctx}")
         if p["max_redraws"] < 0:
             raise PartitionError(f"max_redraws must be >= 0, got {p['max_redraws']} {ctx}")
         if p["min_size"] * p["clients"] > n:
@@ -203,8 +210,8 @@ def _validate(
             raise PartitionError(
                 f"alpha must be in [1, num_classes={num_classes}], got {a} {ctx}"
             )
-        present = int((class_counts > 0).sum())
-        if scheme == "quantity" and p["clients"] * a < present:
+        present = None if class_counts is None else int((class_counts > 0).sum())
+        if scheme == "quantity" and present is not None and p["clients"] * a < present:
             raise PartitionError(
                 f"clients*alpha = {p['clients'] * a} single-class sets cannot cover the {present} "
                 f"classes present; use more clients or a larger alpha {ctx}"
@@ -223,7 +230,7 @@ def _validate(
                 f"of portions; change clients or alpha {ctx}"
             )
         portions = m * a // num_classes
-        short = np.flatnonzero(class_counts < portions)
+        short = np.flatnonzero(class_counts < portions) if class_counts is not None else np.zeros(0)
         if short.size:
             raise PartitionError(
                 f"class(es) {short.tolist()[:10]} have fewer samples "
@@ -239,6 +246,28 @@ def _validate(
                 f"clients*shards_per_client = {p['clients'] * s} shards exceed the {n} samples "
                 f"(a shard would be empty); use fewer clients or fewer shards per client {ctx}"
             )
+
+
+def check_feasible(scheme: str, params: dict[str, Any], n: int, num_classes: int,
+                   class_counts: np.ndarray | None = None, dataset: str = "") -> dict[str, Any]:
+    """Raise PartitionError unless ``scheme`` with ``params`` can split ``n`` samples of ``num_classes``
+    classes without an empty client; return the params with defaults filled in.
+
+    The one place of these rules: make_partition calls it with the real labels, and
+    fedskew.config calls it for every (dataset, partition) pair of params.yaml, before any
+    job runs, with sizes known in advance (fedskew.data.sizes). ``class_counts`` (training
+    samples per class) may be None where they are not known in advance; the rules that need
+    them then wait for make_partition. Only arithmetic is checked: whether Dirichlet draws
+    reach min_size is decided by the draws themselves.
+    """
+    if scheme not in SCHEMES:
+        raise PartitionError(
+            f"unknown partition scheme {scheme!r}; choose one of {sorted(SCHEMES)} "
+            f"{_describe(scheme, dict(params), n, dataset)}"
+        )
+    p = _normalise_params(scheme, params, n, dataset)
+    _validate(scheme, p, n, int(num_classes), dataset, class_counts)
+    return p
 
 
 # --------------------------------------------------------------------------------------
@@ -421,7 +450,7 @@ def _quantity_per_label(labels: np.ndarray, num_classes: int, params: dict[str, 
 
 def _natural(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,
              natural_groups: np.ndarray | None = None, dataset: str = "") -> list[np.ndarray]:
-    """Client k = samples with natural_groups == k (groups must be 0..K-1, all non-empty)."""
+    """Client k = samples with natural_groups == k, for k = 0..max id (make_partition drops empty ones)."""
     n = len(labels)
     ctx = _describe("natural", params, n, dataset)
     if natural_groups is None:
@@ -433,14 +462,7 @@ def _natural(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: 
         raise PartitionError(f"natural_groups must be integers, got dtype {g.dtype} {ctx}")
     if g.size and g.min() < 0:
         raise PartitionError(f"natural_groups must be >= 0, got min {g.min()} {ctx}")
-    k = int(g.max()) + 1 if g.size else 0
-    counts = np.bincount(g, minlength=k)
-    empty = np.flatnonzero(counts == 0)
-    if empty.size:
-        raise PartitionError(
-            f"natural_groups leaves client(s) {empty.tolist()[:10]} empty; ids must be 0..K-1 "
-            f"with every id used {ctx}"
-        )
+    counts = np.bincount(g)
     order = np.argsort(g, kind="stable").astype(np.int64)
     return list(np.split(order, np.cumsum(counts)[:-1]))
 
@@ -527,24 +549,31 @@ def make_partition(
     """
     params = dict(params or {})
     n_guess = int(np.asarray(labels).shape[0]) if np.asarray(labels).ndim else 0
-    if scheme not in SCHEMES:
-        raise PartitionError(
-            f"unknown partition scheme {scheme!r}; choose one of {sorted(SCHEMES)} "
-            f"{_describe(scheme, params, n_guess, dataset)}"
-        )
     labels = _check_labels(labels, num_classes, _describe(scheme, params, n_guess, dataset))
     num_classes = int(num_classes)
     n = int(labels.shape[0])
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise PartitionError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
-    p = _normalise_params(scheme, params, n, dataset)
-    class_counts = np.bincount(labels, minlength=num_classes)
-    _validate(scheme, p, n, num_classes, dataset, class_counts)
+    p = check_feasible(scheme, params, n, num_classes, np.bincount(labels, minlength=num_classes), dataset)
 
     rng = np.random.default_rng([seed, _scheme_constant(scheme)])
     raw = SCHEMES[scheme](labels, num_classes, p, rng, natural_groups=natural_groups, dataset=dataset)
     client_indices = [np.sort(np.asarray(ix, dtype=np.int64)) for ix in raw]
+    # A client without samples has no batches: training would divide by zero or stall. A
+    # natural id that no sample carries is only a gap in the ids (a writer filtered out
+    # upstream): drop it. Anywhere else it is a bug or a request check_feasible missed.
+    empty = [k for k, ix in enumerate(client_indices) if ix.size == 0]
+    if empty and scheme == "natural":
+        logger.info("natural partition%s: group id(s) %s hold no sample; dropped, later ids move down",
+                    f" of {dataset!r}" if dataset else "", empty[:20])
+        client_indices = [ix for ix in client_indices if ix.size]
+    elif empty:
+        raise PartitionError(
+            f"{len(empty)} client(s) would hold no sample (client ids {empty[:10]}); use fewer "
+            f"clients (or, for quantity/shards, a smaller alpha / shards_per_client) "
+            f"{_describe(scheme, p, n, dataset)}"
+        )
 
     # Internal invariant: every sample exactly once.
     allix = np.concatenate(client_indices) if client_indices else np.zeros(0, np.int64)
@@ -561,6 +590,8 @@ def make_partition(
         "num_classes": num_classes,
         "num_clients": len(client_indices),
     }
+    if empty and scheme == "natural":  # only then: other partitions keep their content hash
+        meta["dropped_empty_groups"] = empty
     part = Partition(client_indices, label_counts, meta)
     part.content_hash = _compute_hash(client_indices, label_counts, meta)
     logger.debug("partition %s %s seed=%d -> %s", scheme, p, seed, part.content_hash[:12])

@@ -8,11 +8,8 @@ float tensors and a client is only a set of indices into them.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +17,16 @@ import numpy as np
 import torch
 
 from fedskew import paths
+from fedskew.data.fetch import (
+    CACHE,
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    file_sha256,
+    read_json,
+    remove_stale_temporaries,
+    save_tensors,
+    write_json_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +100,6 @@ class Dataset:
     pixel_std: torch.Tensor | None = None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _embedded_tensors(spec: dict) -> dict[str, torch.Tensor]:
     if spec["source"] == "digits":
         from fedskew.data.embedded import load_digits_split
@@ -111,12 +110,6 @@ def _embedded_tensors(spec: dict) -> dict[str, torch.Tensor]:
     return generate_synthetic(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"], spec["seed"])
 
 
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = True) -> Path:
     """Materialise `dataset` and write its data/raw/<dataset>/READY.json manifest.
 
@@ -125,15 +118,18 @@ def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = T
     own module (fedskew.data.<source>) into data/raw/<source>/ (FEMNIST's writer subsets in
     a subfolder of it); embedded ones are generated into data/raw/<dataset>/tensors.pt.
     The manifest (written last, atomically) records which tensor file belongs to the
-    dataset and its sha256, so `load` never trusts a half-written or altered file.
+    dataset and its sha256, so `load` never trusts a half-written or altered file. This is
+    also the repair: a cached tensors.pt that no longer matches its tensors.json sidecar is
+    rebuilt from the verified raw files, an embedded one is generated again.
     """
     ready = root / paths.RAW_READY.format(dataset=dataset)
     ready.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(ready.parent, ".*.tmp-*")  # a killed run's half-written manifest or tensors
     if spec["source"] in TORCHVISION_SOURCES:
         from fedskew.data.download import load_tensors, raw_dir
 
         raw = load_tensors(spec["source"], root / "data" / "raw", download=download)
-        tensor_path = raw_dir(spec["source"], root / "data" / "raw") / "tensors.pt"
+        tensor_path = raw_dir(spec["source"], root / "data" / "raw") / CACHE
         shapes = {k: list(getattr(raw, k).shape) for k in ("x_train", "y_train", "x_test", "y_test")}
     elif spec["source"] in EXTERNAL_SOURCES:
         module = importlib.import_module(f"fedskew.data.{spec['source']}")
@@ -141,17 +137,17 @@ def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = T
         shapes = {key: list(value.shape) for key, value in tensors.items()}
     else:
         tensors = _embedded_tensors(spec)
-        tensor_path = ready.parent / "tensors.pt"
-        _write_atomic(tensor_path, lambda tmp: torch.save(tensors, tmp))
+        tensor_path = ready.parent / CACHE
+        save_tensors(tensor_path, tensors)
         shapes = {key: list(value.shape) for key, value in tensors.items()}
     manifest = {
         "dataset": dataset,
         "spec": spec,
         "tensors": tensor_path.relative_to(root).as_posix(),
-        "sha256": _sha256(tensor_path),
+        "sha256": file_sha256(tensor_path),
         "shapes": shapes,
     }
-    _write_atomic(ready, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n"))
+    write_json_atomic(ready, manifest)
     log.info("prepared %s: %s", dataset, shapes)
     return ready
 
@@ -164,28 +160,44 @@ def _resolve_paths(spec: dict, root: Path) -> dict:
 
 
 def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
-    """Load a prepared dataset, verify it against its manifest and normalise it once."""
+    """Load a prepared dataset, verify it against its manifest and normalise it once.
+
+    Whatever is wrong on disk is a one-line DatasetCorruptError (or DatasetUnavailableError
+    for a manifest of another spec) naming the file and the download command that repairs it.
+    """
     ready = root / paths.RAW_READY.format(dataset=dataset)
+    repair = f"run `python -m fedskew download --dataset {dataset}` to repair it"
     if not ready.exists():
         raise FileNotFoundError(
             f"dataset {dataset!r} is not prepared ({ready} is missing): run "
             f"`python -m fedskew download --dataset {dataset}` or the Snakemake workflow first"
         )
-    manifest = json.loads(ready.read_text())
+    manifest = read_json(ready)
+    if manifest is None or not isinstance(manifest.get("tensors"), str):
+        raise DatasetCorruptError(f"{ready} is unreadable or not a fedskew manifest; {repair}")
+    if manifest.get("spec") != spec:
+        raise DatasetUnavailableError(f"{ready} was prepared for another spec of dataset {dataset!r} than "
+                                      f"params.yaml gives now; run `python -m fedskew download --dataset "
+                                      f"{dataset}` to prepare it again")
     tensor_path = root / manifest["tensors"]
-    if manifest.get("spec") != spec or _sha256(tensor_path) != manifest.get("sha256"):
-        raise RuntimeError(
-            f"{tensor_path} does not match {ready} (changed spec or corrupt file): "
-            f"re-run `python -m fedskew download --dataset {dataset}`"
-        )
-    raw = torch.load(tensor_path, weights_only=True)
-    x_train, x_test, mean, std = _normalise(raw["x_train"], raw["x_test"], spec["source"])
+    if not tensor_path.is_file():
+        raise DatasetCorruptError(f"{tensor_path} (listed in {ready}) is missing; {repair}")
+    if file_sha256(tensor_path) != manifest.get("sha256"):
+        raise DatasetCorruptError(f"{tensor_path} does not match the sha256 in {ready} (corrupt or altered); "
+                                  f"{repair}")
+    try:
+        raw = torch.load(tensor_path, weights_only=True)
+        x_train, y_train, x_test, y_test = (raw[key] for key in ("x_train", "y_train", "x_test", "y_test"))
+    except Exception as error:  # noqa: BLE001 - torch.load raises many types for a bad file
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DatasetCorruptError(f"{tensor_path} cannot be read as fedskew tensors ({reason}); {repair}") from error
+    x_train, x_test, mean, std = _normalise(x_train, x_test, spec["source"])
     groups = raw.get("natural_groups")
     return Dataset(
         x_train=x_train,
-        y_train=raw["y_train"].long(),
+        y_train=y_train.long(),
         x_test=x_test,
-        y_test=raw["y_test"].long(),
+        y_test=y_test.long(),
         num_classes=dataset_info(spec).num_classes,
         natural_groups=None if groups is None else groups.numpy(),
         pixel_mean=mean,

@@ -28,24 +28,21 @@ Decoding decisions:
 
 from __future__ import annotations
 
-import logging
 import zipfile
 from pathlib import Path, PurePosixPath
 
 import torch
 
-from fedskew.data.download import CACHE, DatasetCorruptError
 from fedskew.data.fetch import (
+    CACHE,
+    DatasetCorruptError,
     SourceFile,
+    cached_tensors,
     decode_rgb,
     ensure_files,
-    load_cache,
-    save_cache,
     split_problems,
     stack_images,
 )
-
-log = logging.getLogger(__name__)
 
 NAME = "tinyimagenet"
 ARCHIVE = "tiny-imagenet-200.zip"
@@ -140,11 +137,4 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     folder = raw_dir(raw_root)
     entries = ensure_files(NAME, folder, source_files(), download)
     key = {"preprocessing": PREPROCESSING, "archive_sha256": entries[ARCHIVE]["sha256"]}
-    tensors = load_cache(NAME, folder, key, problems)
-    if tensors is None:
-        tensors = _decode(folder / ARCHIVE)
-        if issues := problems(tensors):
-            raise DatasetCorruptError(f"{NAME}: decoded tensors are malformed: {'; '.join(issues)}")
-        save_cache(folder, tensors, key)
-        log.info("%s: decoded %d train / %d test images", NAME, len(tensors["y_train"]), len(tensors["y_test"]))
-    return folder / CACHE, tensors
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))

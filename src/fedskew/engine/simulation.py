@@ -77,16 +77,26 @@ def tensor_bytes(obj: Any) -> int:
     return 0
 
 
+def _nonfinite_advice(empty_clients: list[int]) -> str:
+    """What to change after a NaN: an empty client (0 samples, 0 local steps) divides by zero, which
+    no learning rate fixes; otherwise the usual cause is a step size too large."""
+    if empty_clients:
+        return (f"client(s) {empty_clients} hold 0 training samples (0 local steps), the likely cause; "
+                "re-create the partition (make_partition now refuses empty clients), or use fewer clients")
+    return "lower training.lr or check the method's hyperparameters"
+
+
 def check_finite(outcome: RoundResult, run_id: str, round_: int) -> None:
     """The NaN guard: a client's loss or the new global model must be finite."""
+    empty = sorted(c for c, n in outcome.client_samples.items() if n == 0)
     for client_id, loss in outcome.client_losses.items():
         if not math.isfinite(loss):
             raise NonFiniteError(f"run {run_id}: non-finite training loss ({loss}) in round {round_}, client "
-                                 f"{client_id}; lower training.lr or check the method's hyperparameters")
+                                 f"{client_id}; {_nonfinite_advice(empty)}")
     for key, value in outcome.global_state.items():
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise NonFiniteError(f"run {run_id}: aggregated model has non-finite values in {key!r} after round "
-                                 f"{round_} (clients {sorted(outcome.client_losses)})")
+                                 f"{round_} (clients {sorted(outcome.client_losses)}); {_nonfinite_advice(empty)}")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -121,8 +131,9 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
             steps += 1
     mean_loss = float(loss_sum) / max(steps, 1)  # one device sync per client, not per step
     if not math.isfinite(mean_loss):
+        empty = [client.client_id] if steps == 0 else []
         raise NonFiniteError(f"run {run_id}: non-finite training loss ({mean_loss}) in round {client.round}, "
-                             f"client {client.client_id}; lower training.lr or check the method's hyperparameters")
+                             f"client {client.client_id}; {_nonfinite_advice(empty)}")
     state = {key: value.detach().clone() for key, value in model.state_dict().items()}
     return ClientUpdate(client.client_id, n, state, steps, mean_loss,
                         algorithm.client_payload(model, client, steps))

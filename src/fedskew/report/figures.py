@@ -9,6 +9,7 @@ import pandas as pd
 
 from fedskew import paths
 from fedskew.config import Params
+from fedskew.runfiles import read_metrics
 
 
 def accuracy_curves(params: Params, suite: str, root: Path = Path(".")) -> list[Path]:
@@ -19,6 +20,7 @@ def accuracy_curves(params: Params, suite: str, root: Path = Path(".")) -> list[
 
     frames = []
     for cfg in params.runs([suite]):
+        read_metrics(cfg, root)  # refuses a history.csv that its metrics.json does not vouch for
         history = pd.read_csv(root / cfg.path(paths.RUN_HISTORY))
         if "test_acc" not in history:  # diverged before its first evaluation
             continue

@@ -13,25 +13,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from fedskew import paths
 from fedskew.config import Params
+from fedskew.runfiles import atomic_write_text, read_metrics
 
 REPORTED = "final_acc"
 
 
 def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
-    """One row per run of the suite, read from results/runs/.../metrics.json."""
+    """One row per run of the suite, read from results/runs/.../metrics.json (verified)."""
     rows = []
     for cfg in params.runs([suite]):
-        path = root / cfg.path(paths.RUN_METRICS)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: train the suite first (snakemake --cores all)")
-        rows.append({"status": "finished", **cfg.keys, **json.loads(path.read_text())})
+        rows.append({"status": "finished", **cfg.keys, **read_metrics(cfg, root)})
     return pd.DataFrame(rows)
 
 
@@ -94,13 +91,6 @@ def protocol_lines(params: Params, suite: str) -> list[str]:
     for method in body["methods"]:
         lines.append(f"method {method}: {json.dumps(params.method_spec(method), sort_keys=True)}")
     return lines
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + f".tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _markdown_grid(table: pd.DataFrame) -> str:

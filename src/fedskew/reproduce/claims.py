@@ -426,7 +426,7 @@ def render_missing_classes(rows: list[dict]) -> str:
 
 
 def write_ledger(params: Params, out_md: Path, out_json: Path, root: Path = Path(".")) -> list[dict]:
-    from fedskew.report.tables import atomic_write_text
+    from fedskew.runfiles import atomic_write_text
 
     records = evaluate_all(params, root)
     missing = missing_class_evidence(params, root)

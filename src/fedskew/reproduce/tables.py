@@ -11,7 +11,6 @@ Final-round numbers only, as everywhere in fedskew; a diverged seed is counted a
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import statistics
@@ -19,8 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fedskew import paths
-from fedskew.config import Params
+from fedskew.config import Params, RunConfig
 from fedskew.reproduce.layouts import CellSpec, Layout, load_layouts
+from fedskew.runfiles import read_history, read_metrics
 
 OFFLINE_SOURCES = {"digits", "synthetic"}
 
@@ -76,28 +76,25 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
         return OurCell(spec, not_run=f"{spec.suite} does not run {spec.method} on {spec.dataset}/{spec.partition}")
     cell = OurCell(spec)
     for cfg in runs:
-        path = root / cfg.path(paths.RUN_METRICS)
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing: build it with `snakemake --cores all {path}`")
-        record = json.loads(path.read_text())
+        record = read_metrics(cfg, root)
         if record.get("status") == "diverged":
             cell.diverged += 1
             continue
         if spec.round is not None:
-            value = _history_value(root / cfg.path(paths.RUN_HISTORY), spec.round, metric)
+            value = _history_value(cfg, root, spec.round, metric)
         else:
             value = float(record[metric])
         cell.seeds[cfg.seed] = 100 * value if metric == "final_acc" else value
     return cell
 
 
-def _history_value(path: Path, rnd: int, metric: str) -> float:
+def _history_value(cfg: RunConfig, root: Path, rnd: int, metric: str) -> float:
     column = {"final_acc": "test_acc", "final_loss": "test_loss"}[metric]
-    with path.open() as f:
-        for row in csv.DictReader(f):
-            if int(row["round"]) == rnd and row.get(column) not in (None, ""):
-                return float(row[column])
-    raise ValueError(f"{path} has no evaluated round {rnd}: set eval_every to a divisor of {rnd}")
+    for row in read_history(cfg, root):
+        if row["round"] == rnd and column in row:
+            return float(row[column])
+    raise ValueError(f"{cfg.path(paths.RUN_HISTORY)} has no evaluated round {rnd}: "
+                     f"set eval_every to a divisor of {rnd}")
 
 
 def our_cells(params: Params, layout: Layout, protocol: str | None, root: Path = Path(".")
@@ -198,7 +195,7 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
 
 
 def write_paper_table(params: Params, table_id: str, out_md: Path, out_json: Path, root: Path = Path(".")) -> None:
-    from fedskew.report.tables import atomic_write_text
+    from fedskew.runfiles import atomic_write_text
 
     text, record = render(params, table_id, root)
     atomic_write_text(out_md, text)
