@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -52,60 +53,91 @@ def cmd_partition(params: Params, args: argparse.Namespace) -> None:
                  title=f"{args.dataset} / {args.partition} / seed {args.seed}")
 
 
-def _track(cfg: RunConfig, history: list[dict], files: list[Path], status: str, extra_tags: dict) -> bool:
-    """Log a run to MLflow; True when it was recorded.
+class Terminated(BaseException):
+    """SIGTERM arrived (a scheduler's preemption, `kill`): stop like Ctrl-C and record the run as KILLED."""
 
-    The run files are the truth and the tracker only observes them: a tracking failure is
-    reported loudly but never fails (or, under Snakemake, deletes) a trained result.
-    `python -m fedskew track --suite ...` logs such runs later from their files.
-    """
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
+
+
+def _read_json_field(path: Path, field: str) -> str:
+    try:
+        return str(json.loads(path.read_text())[field])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
+
+
+def _run_tags(cfg: RunConfig) -> dict[str, str]:
+    """What traces a run to its exact inputs: config hash, partition content hash, dataset digest."""
     from fedskew import track
 
-    partition_json = Path(cfg.path(paths.PARTITION_JSON))
-    heatmap = Path(cfg.path(paths.PARTITION_HEATMAP))
-    partition_hash = json.loads(partition_json.read_text())["content_hash"] if partition_json.exists() else "unknown"
-    tags = {track.RUN_KEY_TAG: cfg.run_id, "fedskew.config_hash": cfg.run_id,
-            "fedskew.partition_hash": partition_hash, **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()},
-            **extra_tags}
-    artifacts = [f for f in [*files, heatmap] if f.exists()]
-    name = f"{cfg.dataset}/{cfg.partition}/{cfg.method}/seed{cfg.seed}"
-    try:
-        track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=name,
-                      params=cfg.to_dict(), history=history, tags=tags, artifacts=artifacts, status=status)
-    except Exception as error:  # noqa: BLE001 - whatever the tracker's failure, the result stands
-        log.error("TRACKING FAILED for %s: %s. The run files are intact; log them later with "
-                  "`python -m fedskew track --suite %s`.", cfg.path(paths.RUN_DIR), error, cfg.suite)
-        return False
-    return True
+    return {track.RUN_KEY_TAG: cfg.run_id, "fedskew.config_hash": cfg.run_id,
+            "fedskew.partition_hash": _read_json_field(Path(cfg.path(paths.PARTITION_JSON)), "content_hash"),
+            "fedskew.dataset_sha256": _read_json_field(Path(paths.RAW_READY.format(dataset=cfg.dataset)), "sha256"),
+            **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()}}
+
+
+def _artifacts(cfg: RunConfig, files: list[Path]) -> list[Path]:
+    return [f for f in [*files, Path(cfg.path(paths.PARTITION_HEATMAP))] if f.exists()]
+
+
+def _run_name(cfg: RunConfig) -> str:
+    return f"{cfg.dataset}/{cfg.partition}/{cfg.method}/seed{cfg.seed}"
 
 
 def _tracking_enabled() -> bool:
     return os.environ.get("FEDSKEW_TRACKING", "1") != "0"  # tests and quick experiments may turn it off
 
 
+def _end_tracking(live, cfg: RunConfig, status: str, files: list[Path], tags: dict[str, str]) -> None:
+    """Close the live MLflow run. The run files are the truth and the tracker only observes
+    them: a tracking failure is reported loudly but never fails (or, under Snakemake,
+    deletes) a trained result; `python -m fedskew track --suite ...` logs it later."""
+    if live is None:
+        return
+    live.end(status, _artifacts(cfg, files), tags)
+    if live.error is not None:
+        log.error("TRACKING FAILED for %s: %s. The run files are intact; log them later with "
+                  "`python -m fedskew track --suite %s`.", cfg.path(paths.RUN_DIR), live.error, cfg.suite)
+
+
 def cmd_train(params: Params, args: argparse.Namespace) -> None:
     from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
 
     cfg = params.run(args.suite, args.dataset, args.partition, args.method, args.seed)
+    live = None
+    if _tracking_enabled():
+        from fedskew import track
+
+        live = track.LiveRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}",
+                             run_name=_run_name(cfg), params=cfg.to_dict(), tags=_run_tags(cfg),
+                             flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        result = run_training(cfg, threads=args.threads)
+        result = run_training(cfg, threads=args.threads, on_round=live.log_round if live else None)
     except NonFiniteError as error:
         history = error.history or []
         files = []
         if cfg.training["on_divergence"] == "record":
             # A divergence is a result of this method in this setting: the tables show it.
             files = write_run_files(cfg, history, summarise_divergence(error))
-        if _tracking_enabled():
-            _track(cfg, history, files, "FAILED", {"fedskew.error": str(error)})
+        _end_tracking(live, cfg, "FAILED", files, {"fedskew.error": str(error)})
         if cfg.training["on_divergence"] == "record":
             log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
             return
         raise
+    except (Terminated, KeyboardInterrupt) as stop:  # the checkpoint stays; a retry continues the same run
+        _end_tracking(live, cfg, "KILLED", [], {"fedskew.error": str(stop) or "interrupted"})
+        raise
+    except Exception as error:
+        _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": f"{type(error).__name__}: {error}"})
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     files = write_run_files(cfg, result.history, result.final)
-    if _tracking_enabled():
-        tags = {"fedskew.resumed_from_round": str(result.resumed_from),
-                "fedskew.threads": str(args.threads or cfg.training["threads"])}
-        _track(cfg, result.history, files, "FINISHED", tags)
+    _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
+                                                "fedskew.threads": str(args.threads or cfg.training["threads"])})
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
 
 
@@ -127,21 +159,30 @@ def cmd_track(params: Params, args: argparse.Namespace) -> None:
             counts["already recorded"] += 1
             continue
         files = [Path(cfg.path(p)) for p in (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS)]
-        extra = {"fedskew.error": final["error"]} if "error" in final else {}
-        counts["logged" if _track(cfg, read_history(cfg), files, status, extra) else "failed"] += 1
+        tags = {**_run_tags(cfg), **({"fedskew.error": final["error"]} if "error" in final else {})}
+        try:
+            track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
+                          params=cfg.to_dict(), history=read_history(cfg), tags=tags,
+                          artifacts=_artifacts(cfg, files), status=status)
+            counts["logged"] += 1
+        except Exception as error:  # noqa: BLE001 - report every run that could not be logged, then fail
+            log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
+            counts["failed"] += 1
     print(f"suite {args.suite}: " + ", ".join(f"{n} {what}" for what, n in counts.items()))
     if counts["failed"]:
         raise TrackingError(f"{counts['failed']} run(s) could not be logged; see the errors above")
 
 
 def cmd_aggregate(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.report.figures import accuracy_curves
+    from fedskew.report.figures import write_figures
+    from fedskew.report.local_drift import local_drift_figures
     from fedskew.report.tables import write_tables
 
     if args.suite not in params.raw["suites"]:
         raise ConfigError(f"--suite {args.suite!r} is not defined under `suites` in params.yaml")
     write_tables(params, args.suite)
-    accuracy_curves(params, args.suite)
+    write_figures(params, args.suite)
+    local_drift_figures(params, args.suite)  # only for runs that recorded training.local_diagnostics
 
 
 def cmd_paper_table(params: Params, args: argparse.Namespace) -> None:
@@ -195,6 +236,93 @@ def cmd_models(params: Params | None, args: argparse.Namespace) -> None:
         print(f"{name:16s} split points: {points}; default {model.default_split}\n{'':16s} {doc}")
 
 
+# Test-set sizes of the fixed published splits as fedskew decodes them (each source module's
+# docstring); digits' follows from its test_fraction. Others are known once prepared.
+_TEST_SIZES = {"mnist": 10000, "fashionmnist": 10000, "cifar10": 10000, "cifar100": 10000, "svhn": 26032,
+               "cinic10": 90000, "tinyimagenet": 10000, "adult": 15060}
+_ARRIVES = {"embedded": "embedded", "download": "download", "by hand": "files by hand"}
+
+
+def _table(rows: list[list[str]], right: tuple[int, ...] = ()) -> list[str]:
+    """Rows as aligned columns (the first row is the header); the columns in `right` are right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+
+
+def _prepared(dataset: str, spec: dict) -> tuple[str, dict | None]:
+    """Whether data/raw/<dataset>/READY.json exists for this spec ("yes"; "no"; "other spec": prepared for
+    another one; "damaged": unreadable), and the shapes it records."""
+    ready = Path(paths.RAW_READY.format(dataset=dataset))
+    if not ready.exists():
+        return "no", None
+    try:
+        manifest = json.loads(ready.read_text())
+        shapes = manifest["shapes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "damaged", None
+    if manifest.get("spec") != spec:  # as registry.load: a manifest of another spec is prepared again
+        return "other spec", None
+    return "yes", shapes
+
+
+def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.catalog import SOURCES, dataset_info
+    from fedskew.data import sizes
+
+    rows = [["dataset", "source", "train", "test", "classes", "input", "arrives", "prepared"]]
+    for name in params.raw["datasets"]:
+        spec = params.dataset_spec(name)
+        info = dataset_info(spec)
+        prepared, shapes = _prepared(name, spec)
+        train, test = sizes.train_size(spec), _TEST_SIZES.get(spec["source"])
+        if spec["source"] == "digits":
+            test = sizes.digits_split_sizes(spec["test_fraction"])[1]
+        if shapes:  # prepared: the manifest has the exact sizes
+            train, test = shapes["y_train"][0], shapes["y_test"][0]
+        rows.append([name, spec["source"], "?" if train is None else str(train), "?" if test is None else str(test),
+                     str(info.num_classes),
+                     "×".join(map(str, info.input_shape)) if info.is_image else f"{info.input_shape[0]} features",
+                     _ARRIVES[SOURCES[spec["source"]].arrives], prepared])
+    print("\n".join(_table(rows, right=(2, 3, 4))))
+    print("\narrives: embedded = generated here, no network; download = fetched and checked (offline: place the\n"
+          "files by hand); files by hand = no download exists. prepared: data/raw/<dataset>/READY.json exists\n"
+          "for this spec. See the README, \"Datasets and working offline\".")
+
+
+def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:
+    """`parts` joined by "; " into lines of at most `width` characters (a part longer stays whole), indented."""
+    lines = [""]
+    for part in parts:
+        if lines[-1] and indent + len(lines[-1]) + 2 + len(part) > width:
+            lines[-1] += ";"
+            lines.append("")
+        lines[-1] += f"; {part}" if lines[-1] else part
+    return [" " * indent + line for line in lines]
+
+
+def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.data.partition import SCHEME_DEFAULTS, SCHEME_PARAMS
+
+    used: dict[str, dict[str, list[str]]] = {}  # partition -> suite -> datasets
+    for suite, body in params.raw["suites"].items():
+        for setting in body["settings"]:
+            for partition in setting["partitions"]:
+                datasets = used.setdefault(partition, {}).setdefault(suite, [])
+                if setting["dataset"] not in datasets:
+                    datasets.append(setting["dataset"])
+    width = max([16, *(len(name) + 2 for name in params.raw["partitions"])])
+    for name in params.raw["partitions"]:
+        spec = params.partition_spec(name)
+        scheme = spec["scheme"]
+        values = {**SCHEME_DEFAULTS[scheme], **spec}
+        shown = ", ".join(f"{key}={values[key]}" + ("" if key in params.raw["partitions"][name] else " (default)")
+                          for key in SCHEME_PARAMS[scheme] if key in values) or "no parameters"
+        print(f"{name:{width}s}{scheme:20s}{shown}")
+        uses = [f"{suite} ({', '.join(datasets)})" for suite, datasets in used.get(name, {}).items()]
+        print("\n".join(_wrapped(["used by " + uses[0], *uses[1:]] if uses else ["used by no suite"], width)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedskew", description=__doc__)
     parser.add_argument("--params", default="params.yaml", help="the experiment configuration (default: params.yaml)")
@@ -203,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("validate", help="check params.yaml and count runs")
     sub.add_parser("methods", help="list the methods with their hyperparameters and defaults")
     sub.add_parser("models", help="list the models with their split points")
+    sub.add_parser("datasets", help="list the datasets of params.yaml: sizes, classes, input shape, "
+                                    "how they arrive and whether they are prepared here")
+    sub.add_parser("partitions", help="list the partitions of params.yaml with every parameter and the suites "
+                                      "that use them")
     p = sub.add_parser("download", help="prepare a dataset under data/raw/")
     p.add_argument("--dataset", required=True)
     p.add_argument("--no-download", action="store_true", help="use only files already on disk")
@@ -229,23 +361,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
-            "models": cmd_models,
+            "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost}
+
+
+# The errors a command reports in one line (no traceback), with their exit codes, by the
+# module that defines them (some of those modules import torch).
+_REPORTED_ERRORS = (
+    ("fedskew.data.fetch", ("DatasetUnavailableError", "DatasetCorruptError"), 2),
+    ("fedskew.data.partition", ("PartitionError",), 2),
+    ("fedskew.engine.simulation", ("NonFiniteError",), 1),
+)
+
+
+def _reported(error: Exception) -> int | None:
+    """The exit code of an error reported in one line, or None for an error that deserves its traceback.
+
+    A module's errors are looked up only if the module was imported (its errors cannot have been
+    raised otherwise), so that `validate` and `--help` never import torch to report an error.
+    """
+    if isinstance(error, (ConfigError, FileNotFoundError, RunFileError, TrackingError)):
+        return 2
+    for module, names, code in _REPORTED_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(error, tuple(getattr(loaded, name) for name in names)):
+            return code
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
-    from fedskew.data.download import DatasetCorruptError, DatasetUnavailableError
-    from fedskew.data.partition import PartitionError
-    from fedskew.engine.simulation import NonFiniteError
-
     try:
         params = None if args.command in ("methods", "models") else load_params(args.params)
         COMMANDS[args.command](params, args)
-    except (ConfigError, DatasetUnavailableError, DatasetCorruptError, PartitionError, NonFiniteError,
-            FileNotFoundError, RunFileError, TrackingError) as error:
+    except Exception as error:
+        code = _reported(error)
+        if code is None:
+            raise
         print(f"fedskew {args.command}: {error}", file=sys.stderr)
-        return 1 if isinstance(error, NonFiniteError) else 2
+        return code
+    except (Terminated, KeyboardInterrupt) as stop:
+        print(f"fedskew {args.command}: {stop or 'interrupted'}; a training job keeps its checkpoint, "
+              "so running it again resumes it", file=sys.stderr)
+        return 143 if isinstance(stop, Terminated) else 130
     return 0

@@ -22,7 +22,14 @@ from typing import Any
 import yaml
 
 from fedskew import paths
-from fedskew.data.registry import DATASET_DEFAULTS, dataset_info
+from fedskew.catalog import (
+    DATASET_DEFAULTS,
+    HYPERPARAMETERS,
+    SPLIT_ALGORITHMS,
+    SPLIT_POINTS,
+    dataset_info,
+    incompatibility,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
@@ -238,11 +245,8 @@ class Params:
         return {**PARTITION_DEFAULTS.get(spec["scheme"], {}), **spec}
 
     def method_spec(self, method: str) -> dict:
-        from fedskew.algorithms import ALGORITHMS
-
         spec = self.raw["methods"].get(method, {"algorithm": method})
-        algorithm = ALGORITHMS[spec["algorithm"]]
-        return {"algorithm": spec["algorithm"], **algorithm.hyperparameters,
+        return {"algorithm": spec["algorithm"], **HYPERPARAMETERS[spec["algorithm"]],
                 **{k: v for k, v in spec.items() if k != "algorithm"}}
 
     def training(self, suite: str, dataset: str) -> dict:
@@ -278,12 +282,10 @@ class Params:
 
 
 def _cross_checks(raw: dict) -> list[str]:
-    """Checks the schema cannot express: references between sections, model/dataset fit, partition feasibility."""
-    import torch
+    """Checks the schema cannot express: references between sections, model/dataset fit, partition feasibility.
 
-    from fedskew.algorithms import ALGORITHMS
-    from fedskew.models import build_model, incompatibility
-
+    Without torch: the facts about datasets, models and algorithms come from fedskew.catalog.
+    """
     problems = []
     used: dict[tuple[str, str], list[str]] = {}  # (dataset, partition) -> the settings using it
     for i, suite in enumerate(raw["run"]["suites"]):
@@ -301,10 +303,10 @@ def _cross_checks(raw: dict) -> list[str]:
             if key not in [s["dataset"] for s in suite["settings"]]:
                 problems.append(f"training.{name}.overrides.{key}: suite {name!r} uses no dataset {key!r}")
         for i, method in enumerate(suite["methods"]):
-            if method not in raw["methods"] and method not in ALGORITHMS:
+            if method not in raw["methods"] and method not in HYPERPARAMETERS:
                 problems.append(f"suites.{name}.methods[{i}]: {method!r} is neither a method defined under "
                                 f"`methods` ({', '.join(raw['methods']) or 'none'}) nor an algorithm "
-                                f"({', '.join(ALGORITHMS)})")
+                                f"({', '.join(HYPERPARAMETERS)})")
         first_setting: dict[tuple[str, str], int] = {}
         for j, setting in enumerate(suite["settings"]):
             where = f"suites.{name}.settings[{j}]"
@@ -339,11 +341,17 @@ def _cross_checks(raw: dict) -> list[str]:
                 problems.append(f"training.{name}: augmentation {resolved['augmentation']!r} on dataset {dataset!r}: "
                                 "augmentations transform images, but the dataset gives vectors; use 'none'")
             elif "split_point" in resolved:
-                with torch.device("meta"):  # only the structure is needed: allocate no weights
-                    points = build_model(model, info).split_points
+                points = SPLIT_POINTS[model]
                 if resolved["split_point"] not in points:
                     problems.append(f"training.{name}: split_point {resolved['split_point']!r} is not a split point "
                                     f"of model {model!r}; known: {', '.join(points)}")
+            if resolved.get("local_diagnostics"):
+                split = [m for m in suite["methods"]
+                         if raw.get("methods", {}).get(m, {"algorithm": m})["algorithm"] in SPLIT_ALGORITHMS]
+                if split:
+                    problems.append(f"training.{name}.local_diagnostics: suite {name!r} runs split method(s) "
+                                    f"{', '.join(split)}, which have no local model of the whole network to "
+                                    "diagnose; use a suite of federated methods")
     return problems + _size_problems(raw, used)
 
 

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DB_NAME = "mlflow.db"
 RUN_KEY_TAG = "fedskew.run_id"  # one MLflow run per value of this tag
+ERROR_TAG = "fedskew.error"  # why a run ended FAILED or KILLED; cleared when a retry continues it
 MAX_PARAM_VALUE_LEN = 6000  # MLflow's limit on a param value
 MAX_TAG_VALUE_LEN = 8000  # MLflow's limit on a tag value
 MAX_METRICS_PER_BATCH = 1000
@@ -300,67 +301,161 @@ def _find_run(client: Any, experiment_id: str, key: str) -> Any | None:
     return min(found, key=lambda r: (r.info.status != "FINISHED", r.info.start_time)) if found else None
 
 
+class LiveRun:
+    """One MLflow run that follows a training job while it trains.
+
+    `start` finds the run recorded under the fedskew run id (``tags[RUN_KEY_TAG]``) or
+    creates it, and marks it RUNNING; `log_round` buffers history rows and sends them in
+    one batch at most every `flush_every_s` seconds (and after the first round, so a run
+    shows up at once); `end` sends the rest, the artifacts and the final status
+    (FINISHED, FAILED or KILLED). A job killed with -9 leaves the run RUNNING, and its
+    retry continues the same run. Points logged twice (the rounds a resumed job replays
+    from its checkpoint) are identical and stored once.
+
+    With ``strict=False`` (training jobs) a tracker failure never propagates: it is logged
+    once, `error` says what happened, and tracking stops for this job; the run files stay
+    the truth and `fedskew track` logs them later. ``strict=True`` raises (a backfill).
+    """
+
+    def __init__(self, *, project_root: Path, experiment: str, run_name: str, params: dict,
+                 tags: dict[str, str], uri: str | None = None, strict: bool = False,
+                 flush_every_s: float = 10.0) -> None:
+        self.project_root = Path(project_root)
+        self.uri = uri or tracking_uri(project_root)
+        self.experiment, self.run_name, self.strict = experiment, run_name, strict
+        self.params, self.tags = params, tags
+        self.flush_every_s = flush_every_s
+        self.run_id: str | None = None
+        self.error: str | None = None
+        self._client: Any = None
+        self._start_time = 0
+        self._pending: list[dict] = []
+        self._last_flush: float | None = None
+
+    def _guard(self, what: str, action: Any) -> None:
+        if self.error is not None:
+            return
+        try:
+            action()
+        except Exception as exc:
+            self.error = f"{what} failed: {type(exc).__name__}: {exc}"
+            if self.strict:
+                raise
+            log.error("TRACKING FAILED for %s (%s); tracking stops for this job, training goes on",
+                      self.run_name, self.error)
+
+    def start(self) -> LiveRun:
+        self._guard("opening the MLflow run", self._start)
+        return self
+
+    def _start(self) -> None:
+        client_class = _import_mlflow(self.uri)
+        from mlflow.entities import Param, RunTag
+
+        all_tags = {**git_state(self.project_root), **self.tags}
+        if all_tags["git.commit"] != "unknown":
+            all_tags.setdefault("mlflow.source.git.commit", all_tags["git.commit"])
+        params = [Param(k, v) for k, v in flatten_params(self.params).items()]
+        tags = [RunTag(k, _truncate(str(v), MAX_TAG_VALUE_LEN)) for k, v in all_tags.items()]
+        key = all_tags.get(RUN_KEY_TAG)
+        local = _local_store_path(self.uri) is not None
+        artifact_location = (self.project_root.resolve() / "mlartifacts").as_uri() if local else None
+        with _store_lock(self.uri):
+            ensure_store(self.uri)
+            client = self._client = client_class(tracking_uri=self.uri)
+            experiment_id = _experiment_id(client, self.experiment, artifact_location)
+            run = _find_run(client, experiment_id, key) if key else None
+            if run is None:  # the key tag is written with the run, in one transaction: a kill cannot separate them
+                run = client.create_run(experiment_id, run_name=self.run_name,
+                                        tags={RUN_KEY_TAG: key} if key else None)
+            else:
+                log.info("continuing MLflow run %s of %s %s", run.info.run_id, RUN_KEY_TAG, key)
+                if run.info.status != "RUNNING":
+                    client.update_run(run.info.run_id, status="RUNNING")
+                if ERROR_TAG in run.data.tags:  # the reason of the earlier ending no longer holds
+                    client.delete_tag(run.info.run_id, ERROR_TAG)
+            self.run_id, self._start_time = run.info.run_id, run.info.start_time
+            for batch in _chunks(params, MAX_PARAMS_TAGS_PER_BATCH):
+                client.log_batch(self.run_id, params=batch)
+            for batch in _chunks(tags, MAX_PARAMS_TAGS_PER_BATCH):
+                client.log_batch(self.run_id, tags=batch)
+
+    def add_rows(self, rows: list[dict]) -> None:
+        """Buffer history rows to be sent with the next flush."""
+        self._pending.extend(rows)
+
+    def log_round(self, row: dict) -> None:
+        """Buffer one history row; send the buffer when it is due."""
+        if self.error is not None:
+            return
+        self._pending.append(row)
+        now = time.monotonic()
+        if self._last_flush is None or now - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if self._pending:
+            self._guard("logging metrics", self._flush)
+
+    def _flush(self) -> None:
+        metrics = _metrics(self._pending, self._start_time)
+        with _store_lock(self.uri):
+            for batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
+                self._client.log_batch(self.run_id, metrics=batch)
+        self._pending = []
+
+    def end(self, status: str, artifacts: list[Path] = (), tags: dict[str, str] | None = None) -> None:
+        """Send what is buffered, the artifacts and extra tags, then the final status."""
+        if status not in ("FINISHED", "FAILED", "KILLED"):
+            raise ValueError(f"status must be FINISHED, FAILED or KILLED, not {status!r}")
+        self.flush()
+        self._guard("finishing the MLflow run", lambda: self._end(status, list(artifacts), tags or {}))
+
+    def _end(self, status: str, artifacts: list[Path], tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        with _store_lock(self.uri):
+            if tags:
+                self._client.log_batch(self.run_id, tags=[RunTag(k, _truncate(str(v), MAX_TAG_VALUE_LEN))
+                                                          for k, v in tags.items()])
+            for artifact in map(Path, artifacts):
+                if artifact.is_dir():
+                    self._client.log_artifacts(self.run_id, str(artifact), artifact_path=artifact.name)
+                else:
+                    self._client.log_artifact(self.run_id, str(artifact))
+            self._client.set_terminated(self.run_id, status)
+
+
 def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict, history: list[dict],
             tags: dict[str, str], artifacts: list[Path], status: str = "FINISHED",
             uri: str | None = None) -> str:
-    """Record one training run in MLflow and return its run id.
+    """Record one whole run in MLflow at once (a backfill from run files) and return its run id.
 
-    Idempotent per ``tags[RUN_KEY_TAG]`` (when given): a run already recorded under that
-    fedskew run id, e.g. by a job killed while logging, is continued and completed instead
-    of a second one being created. A run that fails to log completely is marked FAILED (best
-    effort) and the error is re-raised, so a half-logged run never looks finished.
+    Idempotent per ``tags[RUN_KEY_TAG]``, like `LiveRun`: a run already recorded under
+    that fedskew run id is continued and completed instead of a second one being created.
+    A run that fails to log completely is marked FAILED (best effort) and the error is
+    re-raised, so a half-logged run never looks finished.
     """
     if status not in ("FINISHED", "FAILED", "KILLED"):
         raise ValueError(f"status must be FINISHED, FAILED or KILLED, not {status!r}")
-    uri = uri or tracking_uri(project_root)
-    client_class = _import_mlflow(uri)
-    from mlflow.entities import Param, RunTag
-
-    all_tags = {**git_state(project_root), **tags}
-    if all_tags["git.commit"] != "unknown":
-        all_tags.setdefault("mlflow.source.git.commit", all_tags["git.commit"])
-    # build everything before touching the store: bad input fails fast and holds no lock
-    param_list = [Param(k, v) for k, v in flatten_params(params).items()]
-    tag_list = [RunTag(k, _truncate(str(v), MAX_TAG_VALUE_LEN)) for k, v in all_tags.items()]
-    local = _local_store_path(uri) is not None
-    artifact_location = (Path(project_root).resolve() / "mlartifacts").as_uri() if local else None
-    run_id = None
-    key = all_tags.get(RUN_KEY_TAG)
-    with _store_lock(uri):
-        ensure_store(uri)
-        try:
-            client = client_class(tracking_uri=uri)
-            experiment_id = _experiment_id(client, experiment, artifact_location)
-            run = _find_run(client, experiment_id, key) if key else None
-            if run is not None:
-                log.info("continuing MLflow run %s of %s %s", run.info.run_id, RUN_KEY_TAG, key)
-            else:  # the key tag is written with the run, in one transaction: a kill cannot separate them
-                run = client.create_run(experiment_id, run_name=run_name, tags={RUN_KEY_TAG: key} if key else None)
-            run_id = run.info.run_id
-            metric_list = _metrics(history, run.info.start_time)
-            for batch in _chunks(param_list, MAX_PARAMS_TAGS_PER_BATCH):
-                client.log_batch(run_id, params=batch)
-            for batch in _chunks(tag_list, MAX_PARAMS_TAGS_PER_BATCH):
-                client.log_batch(run_id, tags=batch)
-            for batch in _chunks(metric_list, MAX_METRICS_PER_BATCH):
-                client.log_batch(run_id, metrics=batch)
-            for artifact in map(Path, artifacts):
-                if artifact.is_dir():
-                    client.log_artifacts(run_id, str(artifact), artifact_path=artifact.name)
-                else:
-                    client.log_artifact(run_id, str(artifact))
-            client.set_terminated(run_id, status)
-        except BaseException as exc:  # interrupts too: never leave a half-logged run behind unmarked
-            if run_id is not None:
-                with contextlib.suppress(Exception):
-                    client.set_terminated(run_id, "FAILED")
-            if not isinstance(exc, Exception):
-                raise
-            marked = f"; run {run_id} marked FAILED" if run_id else ""
-            raise RuntimeError(f"logging run {run_name!r} (experiment {experiment!r}) to MLflow store "
-                               f"{uri} failed{marked}: {exc}") from exc
-    log.info("logged run %s (%s) to %s", run_name, run_id, uri)
-    return run_id
+    run = LiveRun(project_root=project_root, experiment=experiment, run_name=run_name, params=params,
+                  tags=tags, uri=uri, strict=True, flush_every_s=float("inf"))
+    try:
+        run.start()
+        run.add_rows(history)
+        run.end(status, artifacts)
+    except BaseException as exc:  # interrupts too: never leave a half-logged run behind unmarked
+        if run.run_id is not None:
+            with contextlib.suppress(Exception), _store_lock(run.uri):
+                run._client.set_terminated(run.run_id, "FAILED")
+        if not isinstance(exc, Exception) or isinstance(exc, TrackingStoreError):  # the latter says all
+            raise
+        marked = f"; run {run.run_id} marked FAILED" if run.run_id else ""
+        raise RuntimeError(f"logging run {run_name!r} (experiment {experiment!r}) to MLflow store "
+                           f"{run.uri} failed{marked}: {exc}") from exc
+    log.info("logged run %s (%s) to %s", run_name, run.run_id, run.uri)
+    return run.run_id
 
 
 def recorded_runs(uri: str, experiment: str) -> dict[str, str]:

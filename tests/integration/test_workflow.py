@@ -65,7 +65,7 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     assert any("best_round" in column and "not reported" in column for column in csv.columns)
     assert (root / "results/tables/tiny.tex").read_text().startswith("% fedskew suite tiny")
     assert sorted(p.name for p in (root / "results/figures/tiny").glob("*.png")) == [
-        "digits_dir0.5.png", "digits_q2.png"]
+        "digits_dir0.5.png", "digits_dir0.5_final.png", "digits_q2.png", "digits_q2_final.png"]
 
     # Every run and every metric point reached the one SQLite store.
     from fedskew.track import count_runs, tracking_uri

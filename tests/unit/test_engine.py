@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -411,3 +412,17 @@ def test_streamed_fedavg_round_equals_averaging_the_kept_updates_bit_for_bit() -
     assert streamed.global_state.keys() == kept.global_state.keys()
     assert all(torch.equal(streamed.global_state[k], kept.global_state[k]) for k in kept.global_state)
     assert streamed.traffic == kept.traffic and streamed.client_losses == kept.client_losses
+
+
+def test_progress_logs_a_line_every_tenth_of_the_run_with_rate_and_eta(caplog, monkeypatch) -> None:
+    from fedskew.engine.simulation import Progress
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)  # as in a job's log file
+    progress = Progress("abc", rounds=20, start=1)
+    with caplog.at_level(logging.INFO, logger="fedskew.engine.simulation"):
+        for r in range(1, 21):
+            progress.update({"round": r, **({"test_acc": r / 100} if r % 5 == 0 else {})})
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 10 and lines[0].startswith("abc round 2/20 acc n/a ")
+    assert lines[-1].startswith("abc round 20/20 acc 0.2000 ") and lines[-1].endswith("ETA 0:00:00")
+    assert all("rounds/s ETA" in line for line in lines)

@@ -1,15 +1,68 @@
-# Tables (md, csv, tex, json) and accuracy-curve figures of one suite, from its run files.
+# Tables (md, csv, tex, json) and figures of one suite, from its run files. The tables (md, csv) and
+# every figure go into `snakemake --report` (captions in workflow/report/), under the suite's category.
+import hashlib
+
+REPRODUCE_DATA = Path(workflow.basedir).parent / "src" / "fedskew" / "reproduce"
+PAPER_VALUES_DIGEST = hashlib.sha256(b"".join(
+    p.read_bytes() for kind in ("papers", "layouts") for p in sorted((REPRODUCE_DATA / kind).glob("*.yaml"))
+)).hexdigest()
+
+
+def report_protocol(suite):
+    """What the report's captions state about a suite: seeds, methods and each setting's protocol."""
+    body = P.raw["suites"][suite]
+    settings = {}
+    for setting in body["settings"]:
+        training = P.training(suite, setting["dataset"])
+        for partition in setting["partitions"]:
+            settings[f"{setting['dataset']}_{partition}"] = {
+                "dataset": setting["dataset"], "partition": partition,
+                **{k: training.get(k) for k in ("model", "rounds", "participation", "local_epochs", "batch_size",
+                                                "lr", "eval_every")}}
+    return {"description": body.get("description", ""), "seeds": list(body["seeds"]),
+            "methods": list(body["methods"]), "settings": settings}
+
+
+# A figure file's name: <dataset>_<partition><suffix>.png; the suffix says what it shows.
+FIGURE_KINDS = {"_final": "final accuracy (dot plots)", "_local": "local drift (per-class accuracy)",
+                "": "accuracy curves"}
+
+
+def figure_suffix(wildcards):
+    return next(suffix for suffix in FIGURE_KINDS if wildcards.figure.endswith(suffix))
+
+
+def figure_setting(wildcards):
+    """The setting (dataset, partition) a figure file of the suite shows, from its name."""
+    stem = wildcards.figure.removesuffix(figure_suffix(wildcards))
+    setting = report_protocol(wildcards.suite)["settings"].get(stem)
+    return {"dataset": setting["dataset"], "partition": setting["partition"]} if setting else {"dataset": stem,
+                                                                                              "partition": "?"}
+
+
+def figure_kind(wildcards):
+    return FIGURE_KINDS[figure_suffix(wildcards)]
+
+
 rule aggregate:
     input:
-        lambda w: [str(cfg.path(paths.RUN_METRICS)) for cfg in suite_runs(w.suite)],
+        runs=lambda w: [str(cfg.path(paths.RUN_METRICS)) for cfg in suite_runs(w.suite)],
     output:
-        md=paths.TABLE.format(suite="{suite}", ext="md"),
-        csv=paths.TABLE.format(suite="{suite}", ext="csv"),
+        md=report(paths.TABLE.format(suite="{suite}", ext="md"), caption="../report/table.rst",
+                  category="suite {suite}", subcategory="tables", labels={"format": "markdown"}),
+        csv=report(paths.TABLE.format(suite="{suite}", ext="csv"), caption="../report/table.rst",
+                   category="suite {suite}", subcategory="tables", labels={"format": "csv"}),
         tex=paths.TABLE.format(suite="{suite}", ext="tex"),
         json=paths.TABLE.format(suite="{suite}", ext="json"),
-        figures=directory(paths.FIGURE_DIR),
+        # <dataset>_<partition>.png (accuracy curves), ..._final.png (dot plot), ..._local.png (local drift)
+        figures=report(directory(paths.FIGURE_DIR), patterns=["{figure}.png"], caption="../report/figure.rst",
+                       category="suite {suite}", subcategory=figure_kind, labels=figure_setting),
     params:
         protocol=lambda w: [P.training(w.suite, s["dataset"]) for s in P.raw["suites"][w.suite]["settings"]],
+        report=lambda w: report_protocol(w.suite),  # read by the report's captions
+        # The paper values marked in the dot plots: a param, not an input, so that a changed transcription
+        # re-runs the job while cluster storage never has to stage source files.
+        paper_values=PAPER_VALUES_DIGEST,
     log:
         "logs/aggregate/{suite}.log",
     resources:

@@ -1,11 +1,12 @@
-# A seeded partition: client -> sample indices, label counts, content hash, heatmap.
+# A seeded partition: client -> sample indices, label counts, content hash, heatmap (in the report).
 rule partition:
     input:
         paths.RAW_READY,
     output:
         npz=paths.PARTITION,
         json=paths.PARTITION_JSON,
-        heatmap=paths.PARTITION_HEATMAP,
+        heatmap=report(paths.PARTITION_HEATMAP, caption="../report/partition.rst", category="partitions",
+                       subcategory="{dataset}", labels={"partition": "{partition}", "seed": "{seed}"}),
     params:
         spec=lambda w: P.partition_spec(w.partition),
         dataset=lambda w: P.dataset_spec(w.dataset),

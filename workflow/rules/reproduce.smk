@@ -1,6 +1,7 @@
 # The papers' tables in their own layout (ours beside the paper's values) and the claims ledger,
 # from the run files of the suites under `reproduce.suites` in params.yaml. Cells of any other suite
-# read "not run: <reason>", so these targets never start a download or a GPU job.
+# read "not run: <reason>", so these targets never start a download or a GPU job. Both go into
+# `snakemake --report` (category "papers"); `report_all` below gathers everything built for it.
 from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.paper_tables import paper_table_ids
 
@@ -19,7 +20,8 @@ rule paper_table:
         transcription=str(REPRODUCE_DIR / "papers" / "{table}.yaml"),
         layouts=sorted(str(p) for p in (REPRODUCE_DIR / "layouts").glob("*.yaml")),
     output:
-        md=paths.PAPER_TABLE.format(table="{table}", ext="md"),
+        md=report(paths.PAPER_TABLE.format(table="{table}", ext="md"), caption="../report/paper_table.rst",
+                  category="papers", subcategory="paper tables", labels={"table": "{table}"}),
         json=paths.PAPER_TABLE.format(table="{table}", ext="json"),
     log:
         "logs/papers/{table}.log",
@@ -33,9 +35,36 @@ rule claims:
         runs=reproduction_runs(P.reproduce_suites),
         claims=sorted(str(p) for p in (REPRODUCE_DIR / "claims").glob("*.yaml")),
     output:
-        md=paths.CLAIMS.format(ext="md"),
+        md=report(paths.CLAIMS.format(ext="md"), caption="../report/claims.rst", category="papers",
+                  subcategory="claims ledger"),
         json=paths.CLAIMS.format(ext="json"),
     log:
         "logs/claims.log",
     shell:
         "{PY} -m fedskew claims 2> {log}"
+
+
+def built_suite(suite):
+    """Whether a suite's table, figures and partition heatmaps all exist (what its report entries need)."""
+    needed = [paths.TABLE.format(suite=suite, ext="md"), paths.FIGURE_DIR.format(suite=suite)]
+    needed += [paths.PARTITION_HEATMAP.format(dataset=d, partition=p, seed=s)
+               for d, p, s in P.partitions_needed([suite])]
+    return all(os.path.exists(f) for f in needed)
+
+
+def built_reproduction():
+    """The paper tables and the claims ledger, if they have been built (with the heatmaps of their suites)."""
+    files = [paths.PAPER_TABLE.format(table=t, ext="md") for t in paper_table_ids()] + [paths.CLAIMS.format(ext="md")]
+    heatmaps = [paths.PARTITION_HEATMAP.format(dataset=d, partition=p, seed=s)
+                for d, p, s in P.partitions_needed(P.reproduce_suites)] if P.reproduce_suites else []
+    return files if all(os.path.exists(f) for f in files + heatmaps) else []
+
+
+# Everything for `snakemake --report results/report.html report_all`: the suites of `run.suites` (as `all`),
+# every other suite of params.yaml whose table, figures and heatmaps exist, and the paper tables and the
+# claims ledger once built. As a build target it brings exactly those up to date.
+rule report_all:
+    input:
+        lambda w: tables(SUITES)
+        + [paths.TABLE.format(suite=s, ext="md") for s in P.raw["suites"] if s not in SUITES and built_suite(s)]
+        + built_reproduction(),

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,12 @@ import torch
 
 from fedskew import paths
 from fedskew.algorithms import ALGORITHMS
-from fedskew.config import RunConfig
+from fedskew.config import ConfigError, RunConfig
 from fedskew.data import registry
 from fedskew.data.augment import make_augmenter
 from fedskew.data.partition import load_partition
 from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedskew.engine.diagnostics import LocalDiagnostics
 from fedskew.engine.evaluate import evaluate
 from fedskew.engine.sampling import client_seed, clients_per_round, derive_seed, sampling_schedule
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, RoundResult, TrainingSettings
@@ -141,7 +143,8 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
 
 def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
                     clients: list[ClientContext], x: torch.Tensor, y: torch.Tensor, run_id: str,
-                    augment: Augment | None = None) -> RoundResult:
+                    augment: Augment | None = None,
+                    after_local: Callable[[ClientContext, torch.nn.Module], None] | None = None) -> RoundResult:
     """Local training of every participant from the global model, then the method's `aggregate`.
 
     A method that keeps FedAvg's `aggregate` (a sample-weighted average) has each client's
@@ -149,6 +152,8 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     copy besides the global state, whatever the number of participants; the sum is taken
     in the same order and with the same weights as `weighted_average`, so the result is
     bit-identical. Methods with their own `aggregate` receive every update, as they need.
+    `after_local(client, model)` sees each client's model right after its local training
+    (training.local_diagnostics); it must not change the model.
     """
     streaming = type(algorithm).aggregate is FederatedAlgorithm.aggregate
     total = sum(c.num_samples for c in clients)
@@ -159,6 +164,8 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
         traffic["down_weights"] += tensor_bytes(global_state)
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
         update = train_client(algorithm, model, global_state, x, y, client, run_id, augment)
+        if after_local is not None:
+            after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
         traffic["up_payload"] += tensor_bytes(update.payload)
         if streaming:
@@ -181,12 +188,48 @@ def fold_into_average(running: dict[str, torch.Tensor], state: dict[str, torch.T
             torch.maximum(running[key], value, out=running[key])
 
 
+class Progress:
+    """One log line every `every` rounds (round, accuracy, rounds per second, ETA); on a terminal,
+    a live line instead. Rates count only the rounds run in this process (not the resumed ones)."""
+
+    def __init__(self, run_id: str, rounds: int, start: int, every: int | None = None) -> None:
+        self.run_id, self.rounds, self.start = run_id, rounds, start
+        self.every = every or max(1, rounds // 10)
+        self.on_terminal = sys.stderr.isatty()
+        self.started = time.perf_counter()
+        self.accuracy: float | None = None
+
+    def update(self, row: dict[str, Any]) -> None:
+        self.accuracy = row.get("test_acc", self.accuracy)
+        round_ = row["round"]
+        done = round_ - self.start + 1
+        elapsed = time.perf_counter() - self.started
+        rate = done / elapsed if elapsed > 0 else float("inf")
+        eta = (self.rounds - round_) / rate if rate > 0 else float("inf")
+        acc = "n/a" if self.accuracy is None else f"{self.accuracy:.4f}"
+        line = f"{self.run_id} round {round_}/{self.rounds} acc {acc} {rate:.2f} rounds/s ETA {_duration(eta)}"
+        if self.on_terminal:
+            print(f"\r{line}", end="" if round_ < self.rounds else "\n", file=sys.stderr, flush=True)
+        elif round_ % self.every == 0 or round_ == self.rounds:
+            log.info(line)
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
 def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int | None = None,
-                 threads: int | None = None) -> RunResult:
+                 threads: int | None = None, on_round: Callable[[dict[str, Any]], None] | None = None
+                 ) -> RunResult:
     """Run (or resume) one configuration to its last round and return its history.
 
     Checkpoints go to results/checkpoints/...; a checkpoint of the same run id is resumed
-    from, one of another config is ignored. `stop_after_round` raises RunStopped after
+    from, one of another config is ignored. `on_round(row)` receives every history row as it
+    is made, the resumed ones first (live tracking). `stop_after_round` raises RunStopped after
     checkpointing that round (for tests of resuming).
     """
     training = cfg.training
@@ -240,7 +283,16 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         start = checkpoint["round"] + 1
         log.info("run %s: resuming after round %d", cfg.run_id, checkpoint["round"])
 
-    show_progress = sys.stderr.isatty()
+    diagnostics = None
+    if training.get("local_diagnostics", False):
+        if view is not None:
+            raise ConfigError(f"training.{cfg.suite}.local_diagnostics needs a federated method; {cfg.method} is a "
+                              "split method, which has no local model of the whole network")
+        diagnostics = LocalDiagnostics(x_test, y_test, data.num_classes)
+    progress = Progress(cfg.run_id, rounds, start)
+    if on_round is not None:
+        for row in history:
+            on_round(row)
     round_ = start
     try:
         for round_ in range(start, rounds + 1):
@@ -249,9 +301,13 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                 seed = client_seed(cfg.seed, round_, client_id)
                 clients.append(ClientContext(client_id, round_, client_indices[client_id], label_counts[client_id],
                                              torch.Generator().manual_seed(seed), seed))
+            evaluated = round_ % training["eval_every"] == 0 or round_ == rounds
+            diagnose = diagnostics if evaluated and diagnostics is not None else None
+            if diagnose is not None:
+                diagnose.begin_round(model, global_state)
             if view is None:
                 outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id,
-                                          augment)
+                                          augment, diagnose.after_local if diagnose else None)
             else:
                 torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
                 outcome = algorithm.run_round(SplitRound(
@@ -268,16 +324,19 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                 "bytes_down": sum(v for k, v in outcome.traffic.items() if k.startswith("down_")),
                 **{f"bytes_{key}": value for key, value in sorted(outcome.traffic.items())},
             }
-            if round_ % training["eval_every"] == 0 or round_ == rounds:
+            if diagnose is not None:
+                row.update(diagnose.row())
+            if evaluated:
                 metrics = algorithm.evaluate_global(
                     model, global_state, lambda m: evaluate(m, x_test, y_test, data.num_classes))
                 row.update({f"test_{k}": v for k, v in metrics.items() if k != "per_class_acc"})
                 row.update({f"test_acc_class{c}": v for c, v in enumerate(metrics["per_class_acc"])})
-                if show_progress:
-                    print(f"\r{cfg.run_id} round {round_}/{rounds} acc {metrics['acc']:.4f}", end="", file=sys.stderr)
             # after evaluation: a method may report numbers from it (SplitFedV3's personalised accuracy)
             row.update({f"method_{key}": value for key, value in algorithm.round_metrics().items()})
             history.append(row)
+            progress.update(row)
+            if on_round is not None:
+                on_round(row)
             if round_ % training["checkpoint_every"] == 0 or round_ == rounds or round_ == stop_after_round:
                 save_checkpoint(checkpoint_dir, {
                     "run_id": cfg.run_id, "round": round_, "global_state": global_state,
@@ -288,8 +347,6 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     except NonFiniteError as error:
         error.round, error.history = round_, history
         raise
-    if show_progress:
-        print(file=sys.stderr)
     final = summarise(history)
     if view is not None:  # the cut used, also when params.yaml left it to the model's default
         final["split_point"] = view.point

@@ -1,0 +1,209 @@
+"""What params.yaml can name, known without importing torch.
+
+Validating params.yaml (every command's first step, `python -m fedskew validate` and the
+Snakefile) and the listings need a few facts about the things params.yaml names: each
+dataset source's input shape and classes, what each model needs of its inputs and where
+it can be cut, each algorithm's hyperparameters with their defaults. The registries that
+build those things (fedskew.data.registry, fedskew.models, fedskew.algorithms) import
+torch, which takes seconds; these tables give the same answers in no time.
+
+The registries stay the truth. tests/unit/test_catalog.py compares every entry here with
+them (it builds every model on the meta device) and, when one disagrees, prints the entry
+to write here: the same arrangement as the names in workflow/schemas/params.schema.yaml.
+Adding a source, model or algorithm, or changing a default, is therefore done there and
+here. (Params.method_spec fills each run's hyperparameters from HYPERPARAMETERS, so a
+default changed only in the algorithm's class would not reach the runs: the test says so.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# --- dataset sources (fedskew.data.registry) ---------------------------------------------
+
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "digits": {"test_fraction": 0.2, "seed": 0},
+    "synthetic": {"lam": 1.0, "mu": 1.0, "clients": 100, "dim": 60, "classes": 10, "seed": 0},
+    "mnist": {}, "fashionmnist": {}, "cifar10": {}, "cifar100": {}, "svhn": {},
+    "cinic10": {},
+    "tinyimagenet": {},
+    "femnist": {"writers": 100, "seed": 0},
+    "adult": {},
+    "imagenet_subset": {"imagenet_dir": None},
+}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a model and a partitioner need to know about a dataset without loading it."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    is_image: bool
+    has_natural_partition: bool
+
+
+@dataclass(frozen=True)
+class Source:
+    """A dataset source: its inputs ([C, H, W] images or vectors), classes, and how it arrives:
+    "embedded" (generated here, no network), "download" (fetched and checked against pinned
+    md5s, or placed by hand when offline) or "by hand" (no download exists: files placed by hand)."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    has_natural_partition: bool
+    arrives: str
+
+
+SOURCES: dict[str, Source] = {
+    "digits": Source((1, 8, 8), 10, False, "embedded"),
+    # synthetic's shape and classes are its spec's `dim` and `classes` (these are the defaults)
+    "synthetic": Source((60,), 10, True, "embedded"),
+    "mnist": Source((1, 28, 28), 10, False, "download"),
+    "fashionmnist": Source((1, 28, 28), 10, False, "download"),
+    "cifar10": Source((3, 32, 32), 10, False, "download"),
+    "cifar100": Source((3, 32, 32), 100, False, "download"),
+    "svhn": Source((3, 32, 32), 10, False, "download"),
+    "cinic10": Source((3, 32, 32), 10, False, "download"),
+    "tinyimagenet": Source((3, 64, 64), 200, False, "download"),
+    "femnist": Source((1, 28, 28), 62, True, "by hand"),
+    "adult": Source((105,), 2, False, "download"),  # fedskew.data.adult.NUM_FEATURES
+    "imagenet_subset": Source((3, 64, 64), 12, False, "by hand"),
+}
+
+
+def dataset_info(spec: dict) -> DatasetInfo:
+    """fedskew.data.registry.dataset_info without torch."""
+    if spec["source"] not in SOURCES:
+        raise ValueError(f"unknown dataset source {spec['source']!r}")
+    source = SOURCES[spec["source"]]
+    shape, classes = source.input_shape, source.num_classes
+    if spec["source"] == "synthetic":
+        shape, classes = (spec["dim"],), spec["classes"]
+    return DatasetInfo(shape, classes, len(shape) == 3, source.has_natural_partition)
+
+
+# --- models (fedskew.models) ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InputNeeds:
+    """What a model needs of a dataset's inputs (fedskew.models.NEEDS, whose `problem` this restates).
+
+    image: it needs images [C, H, W] (vectors are refused).
+    shapes: the exact image shapes [C, H, W] it is defined for (empty: any channels and size);
+        `why` says what pins them (a paper's table, a fixed flatten size).
+    min_side: the smallest image side it takes; `why` says why.
+    """
+
+    image: bool = False
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    min_side: int = 1
+    why: str = ""
+
+    def problem(self, name: str, info: DatasetInfo) -> str | None:
+        """Why model `name` cannot take inputs like `info`'s, or None if it can."""
+        given = (f"images of shape {_shape(info.input_shape)}" if info.is_image
+                 else f"vectors of shape {info.input_shape}")
+        if (self.image or self.shapes) and not info.is_image:
+            return f"model {name!r} needs image inputs [C, H, W], but the dataset gives {given}"
+        if self.shapes and tuple(info.input_shape) not in self.shapes:
+            wanted = " or ".join(_shape(shape) for shape in self.shapes)
+            return f"model {name!r} needs {wanted} images ({self.why}), but the dataset gives {given}"
+        if info.is_image and min(info.input_shape[1:]) < self.min_side:
+            reason = f" ({self.why})" if self.why else ""
+            return (f"model {name!r} needs images of at least {self.min_side}×{self.min_side}{reason}, "
+                    f"but the dataset gives {given}")
+        return None
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "×".join(str(side) for side in shape)
+
+
+_POOLS = "its three 2×2 pools must leave a pixel"
+_BN_MIN = "BatchNorm must see at least 2×2 maps after the net's {}× downsampling to train on a batch of one"
+MODEL_NEEDS: dict[str, InputNeeds] = {
+    "logreg": InputNeeds(),
+    "mlp": InputNeeds(),
+    "cnn": InputNeeds(image=True, min_side=2, why="its 2×2 pool must leave a pixel"),
+    "alexnet": InputNeeds(image=True, min_side=8, why=_POOLS),
+    "fedlc_cnn_mnist": InputNeeds(image=True, shapes=((1, 28, 28),),
+                                  why="FedLC Table 8: conv1 takes 1 channel and fc1 320 = 20·4·4 features, "
+                                      "which only 28×28 gives"),
+    "fedlc_cnn_cifar": InputNeeds(image=True, shapes=((3, 32, 32),),
+                                  why="FedLC Table 9: conv1 takes 3 channels and fc1 2048 = 128·4·4 features, "
+                                      "which only 32×32 gives"),
+    "resnet18": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
+    "resnet32": InputNeeds(image=True, min_side=8, why=_BN_MIN.format(4)),
+    "mobilenetv2": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
+    "fed_dnn": InputNeeds(),
+    "flfcr_mlp": InputNeeds(),
+    "flfcr_cnn": InputNeeds(image=True, min_side=8, why=_POOLS),
+}
+
+# Each model's split points (model.split_points), the default first; they do not depend on the input.
+SPLIT_POINTS: dict[str, tuple[str, ...]] = {
+    "logreg": ("flatten",),
+    "mlp": ("relu1", "relu2"),
+    "cnn": ("pool", "relu1", "relu3"),
+    "alexnet": ("S2", "S1", "S3", "S4", "S5"),
+    "fedlc_cnn_mnist": ("pool2", "pool1", "relu3"),
+    "fedlc_cnn_cifar": ("pool2", "pool1", "pool3"),
+    "resnet18": ("layer1", "stem", "layer2", "layer3", "layer4"),
+    "resnet32": ("layer1", "stem", "layer2", "layer3"),
+    "mobilenetv2": ("stage2", "stem", "stage1", "stage3", "stage4", "stage5", "stage6", "stage7", "last"),
+    "fed_dnn": ("relu1", "relu2"),
+    "flfcr_mlp": ("relu1", "relu2", "relu3", "relu4"),
+    "flfcr_cnn": ("pool2", "pool1", "relu4", "pool3", "relu6"),
+}
+
+
+def incompatibility(name: str, info: DatasetInfo) -> str | None:
+    """fedskew.models.incompatibility without torch: why model `name` cannot run on a dataset like `info`."""
+    if name not in MODEL_NEEDS:
+        return f"unknown model {name!r}; known: {', '.join(MODEL_NEEDS)}"
+    return MODEL_NEEDS[name].problem(name, info)
+
+
+# --- algorithms (fedskew.algorithms) -------------------------------------------------------
+
+# Every algorithm, in fedskew.algorithms.ALGORITHMS' order, with its hyperparameters' paper defaults.
+HYPERPARAMETERS: dict[str, dict[str, Any]] = {
+    "fedavg": {},
+    "fedadagrad": {"server_lr": 0.1, "beta1": 0.9, "tau": 0.001},
+    "fedadam": {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001},
+    "feddecorr": {"beta": 0.1},
+    "feddyn": {"alpha": 0.01},
+    "feded": {"missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005},
+    "feded_dis": {"missing_classes": "mask", "lam": 0.1},
+    "feded_fedexp": {"epsilon": 0.001, "average_last_two": True, "missing_classes": "mask", "lam": 0.1,
+                     "logit_weight": 0.005},
+    "feded_fedsam": {"rho": 0.05, "missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005},
+    "feded_logit": {"missing_classes": "mask", "logit_weight": 0.005},
+    "fedexp": {"epsilon": 0.001, "average_last_two": True},
+    "fedlc": {"missing_classes": "mask", "tau": 1.0},
+    "fedlc_fedprox": {"mu": 0.01, "missing_classes": "mask", "tau": 1.0},
+    "fedlc_scaffold": {"missing_classes": "mask", "tau": 1.0},
+    "fedlogit": {"missing_classes": "mask"},
+    "fednova": {},
+    "fedntd": {"tau": 1.0, "beta": 1.0},
+    "fedprox": {"mu": 0.01},
+    "fedrs": {"alpha": 0.5},
+    "fedrs_soft": {"alpha": 0.5},
+    "fedsam": {"rho": 0.05},
+    "fedyogi": {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001},
+    "flfcr": {"H": 1.0, "global_counts": 1, "samples_per_class": 200, "retrain_epochs": 1, "retrain_lr": 0.0},
+    "moon": {"mu": 5.0, "temperature": 0.5, "proj_dim": 256},
+    "scaffold": {},
+    "scala": {"local_iterations": 5, "server_batch": 320, "missing_classes": "mask"},
+    "scala_concat": {"local_iterations": 5, "server_batch": 320},
+    "scala_server_la": {"local_iterations": 5, "server_batch": 320},
+    "sfl_local_loss": {"local_iterations": 5, "server_batch": 320},
+    "splitfed_v1": {"local_iterations": 5, "server_batch": 320},
+    "splitfed_v2": {"local_iterations": 5, "server_batch": 320},
+    "splitfed_v3": {"local_iterations": 5, "server_batch": 320},
+}
+# The algorithms of the split family (fedskew.sfl): a cut model, no local model of the whole network.
+SPLIT_ALGORITHMS = frozenset({"scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1",
+                              "splitfed_v2", "splitfed_v3"})

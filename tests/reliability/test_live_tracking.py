@@ -1,0 +1,180 @@
+"""Live tracking: a training job's MLflow run is RUNNING while it trains and ends FINISHED, FAILED
+or KILLED; a resumed job continues the same run without duplicating or losing a round.
+
+Each case runs against a real SQLite store and against a real `mlflow server` on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedskew import paths
+from fedskew.config import load_params
+from tests.conftest import REPO, venv_bin
+
+pytest.importorskip("mlflow")
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROUNDS = 30
+KILL_ROUNDS = 300  # long enough that the kill lands mid-run
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real tracking server on a free loopback port, with its own SQLite store."""
+    folder = tmp_path_factory.mktemp("server")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([venv_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+                               "--artifacts-destination", str(folder / "artifacts")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    import urllib.request
+
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                os.killpg(server.pid, signal.SIGKILL)
+                pytest.fail("mlflow server did not start")
+            time.sleep(0.3)
+    yield uri
+    os.killpg(server.pid, signal.SIGTERM)
+    server.wait(timeout=30)
+
+
+@pytest.fixture(params=["sqlite", "server"])
+def store(request, project):
+    """The tracking URI of the case: the project's own SQLite file, or the loopback server."""
+    return f"sqlite:///{project / 'mlflow.db'}" if request.param == "sqlite" else request.getfixturevalue(
+        "mlflow_server")
+
+
+def _configure(project, rounds=ROUNDS, **training) -> object:
+    """The first run of the tiny suite, renamed so that each test has its own MLflow experiment
+    (the server outlives a test, and a run id does not depend on the suite's name)."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    suite = f"live{uuid.uuid4().hex[:8]}"
+    params["suites"] = {suite: params["suites"]["tiny"]}
+    params["training"] = {suite: {**params["training"]["tiny"], "rounds": rounds, "eval_every": 1,
+                                  "checkpoint_every": 1, **training}}
+    params["run"]["suites"] = [suite]
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return load_params(project / "params.yaml").runs([suite])[0]
+
+
+def _train(project, cfg, uri, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MLFLOW_TRACKING_URI": uri,
+           "FEDSKEW_TRACKING": "1", "FEDSKEW_TRACKING_FLUSH_S": "0.5"}
+    return subprocess.Popen([sys.executable, "-m", "fedskew", "train", "--suite", cfg.suite, "--dataset", cfg.dataset,
+                             "--partition", cfg.partition, "--method", cfg.method, "--seed", str(cfg.seed)],
+                            cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, **popen)
+
+
+def _runs(uri, cfg) -> list:
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return []  # not created yet: a client here would create it, racing the job
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(f"fedskew/{cfg.suite}")
+    if experiment is None:
+        return []
+    return [r for r in client.search_runs([experiment.experiment_id])
+            if r.data.tags.get("fedskew.run_id") == cfg.run_id]
+
+
+def _steps(uri, run_id, metric="test_acc") -> Counter:
+    return Counter(p.step for p in MlflowClient(tracking_uri=uri).get_metric_history(run_id, metric))
+
+
+def _wait_for_round(project, cfg, uri, at_least: int, job: subprocess.Popen) -> None:
+    """Until the live run shows `at_least` rounds and a checkpoint exists (so a kill leaves one)."""
+    checkpoint = project / cfg.path(paths.CHECKPOINT_DIR) / "last.pt"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = _runs(uri, cfg)
+        if runs and checkpoint.exists() and len(_steps(uri, runs[0].info.run_id)) >= at_least:
+            return
+        if job.poll() is not None and not runs:
+            pytest.fail(f"the job ended ({job.returncode}) without a live run: {job.stderr.read()[-3000:]}")
+        time.sleep(0.1)
+    pytest.fail("the live run never showed progress")
+
+
+def test_a_finished_run_was_running_while_it_trained(project, store) -> None:
+    cfg = _configure(project)
+    job = _train(project, cfg, store)
+    _wait_for_round(project, cfg, store, 1, job)
+    (running,) = _runs(store, cfg)
+    assert running.info.status == "RUNNING" or job.poll() == 0  # visible before the end
+    assert job.wait(timeout=300) == 0, job.stderr.read()[-3000:]
+    (run,) = _runs(store, cfg)
+    assert run.info.run_id == running.info.run_id and run.info.status == "FINISHED"
+    assert _steps(store, run.info.run_id) == Counter(range(1, ROUNDS + 1))
+    # the tags trace the cell to its exact inputs
+    assert run.data.tags["fedskew.partition_hash"] == json.loads(
+        (project / cfg.path(paths.PARTITION_JSON)).read_text())["content_hash"]
+    assert run.data.tags["fedskew.dataset_sha256"] == json.loads(
+        (project / paths.RAW_READY.format(dataset=cfg.dataset)).read_text())["sha256"]
+    assert run.data.tags["git.commit"] and run.data.tags["fedskew.config_hash"] == cfg.run_id
+
+
+def test_a_failing_run_is_marked_failed_with_its_rounds(project, store) -> None:
+    cfg = _configure(project, lr=1e6)  # diverges; on_divergence defaults to an error
+    job = _train(project, cfg, store)
+    assert job.wait(timeout=300) == 1
+    (run,) = _runs(store, cfg)
+    assert run.info.status == "FAILED" and "non-finite" in run.data.tags["fedskew.error"]
+
+
+def _wait_for_checkpoint(project, cfg, job: subprocess.Popen) -> None:
+    """Until the first checkpoint exists; round 1 was sent to MLflow just before it was written."""
+    checkpoint = project / cfg.path(paths.CHECKPOINT_DIR) / "last.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists():
+        if job.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the job never wrote a checkpoint: {job.stderr.read()[-3000:]}")
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("kill", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_killed_run_is_continued_by_its_retry_without_duplicates(project, store, kill) -> None:
+    cfg = _configure(project, rounds=KILL_ROUNDS)
+    job = _train(project, cfg, store)
+    _wait_for_checkpoint(project, cfg, job)
+    os.killpg(job.pid, kill)
+    code = job.wait(timeout=60)
+    (stopped,) = _runs(store, cfg)
+    if kill == signal.SIGTERM:  # a preemption: the run says so, the job says how to go on
+        assert code == 143 and "stopped by signal SIGTERM" in job.stderr.read()
+        assert stopped.info.status == "KILLED"
+    else:  # nothing could be recorded: the run stays RUNNING until its retry continues it
+        assert stopped.info.status == "RUNNING"
+    logged_before = _steps(store, stopped.info.run_id)
+    assert 1 <= len(logged_before) < KILL_ROUNDS and set(logged_before.values()) == {1}
+
+    retry = _train(project, cfg, store)
+    assert retry.wait(timeout=300) == 0, retry.stderr.read()[-3000:]
+    assert "resuming after round" in retry.stderr.read()
+    (run,) = _runs(store, cfg)  # the same run, continued: not a second one
+    assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
+    assert "fedskew.error" not in run.data.tags  # the kill's reason went with the kill
+    assert _steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))  # every round exactly once

@@ -1,0 +1,82 @@
+"""fedskew.catalog, the torch-free facts validation reads, agrees with the registries that build things.
+
+When a test fails, its message is the entry to write in src/fedskew/catalog.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from fedskew import catalog
+from fedskew.algorithms import ALGORITHMS
+from fedskew.data import registry
+from fedskew.models import MODELS, NEEDS, build_model, example_info, incompatibility
+
+# One spec per source (defaults filled in), plus a synthetic one of another size.
+SPECS = [{"source": source, **defaults} for source, defaults in registry.DATASET_DEFAULTS.items()] + [
+    {"source": "synthetic", **registry.DATASET_DEFAULTS["synthetic"], "dim": 7, "classes": 3}]
+# Inputs the models are checked on: every source's, and images too small, odd or one-channel.
+INFOS = sorted({registry.dataset_info(spec) for spec in SPECS} | {
+    registry.DatasetInfo(shape, 10, True, False) for shape in [(1, 4, 4), (3, 8, 8), (3, 16, 16), (3, 28, 28),
+                                                               (1, 32, 32), (3, 7, 9), (1, 1, 1)]}, key=repr)
+
+
+def test_dataset_defaults_and_sources_are_the_registry_s():
+    assert catalog.DATASET_DEFAULTS == registry.DATASET_DEFAULTS, \
+        f"write DATASET_DEFAULTS = {registry.DATASET_DEFAULTS!r}"
+    assert list(catalog.SOURCES) == list(registry.DATASET_DEFAULTS)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda spec: f"{spec['source']}-{spec.get('dim', '')}")
+def test_dataset_info_is_the_registry_s(spec):
+    real = registry.dataset_info(spec)
+    assert dataclasses.astuple(catalog.dataset_info(spec)) == dataclasses.astuple(real), \
+        f"SOURCES[{spec['source']!r}]: input_shape={real.input_shape}, num_classes={real.num_classes}, " \
+        f"has_natural_partition={real.has_natural_partition}"
+
+
+def test_how_each_source_arrives_matches_the_registry():
+    downloaded = set(registry.TORCHVISION_SOURCES) | set(registry.EXTERNAL_SOURCES)
+    for name, source in catalog.SOURCES.items():
+        assert source.arrives in ("embedded", "download", "by hand"), name
+        assert (source.arrives == "embedded") == (name not in downloaded), name
+        if source.arrives == "by hand":  # decoded by fedskew's own module, from files placed by hand
+            assert name in registry.EXTERNAL_SOURCES, name
+
+
+def test_model_needs_are_the_models():
+    assert list(catalog.MODEL_NEEDS) == list(MODELS)
+    for name, needs in NEEDS.items():
+        assert dataclasses.astuple(catalog.MODEL_NEEDS[name]) == dataclasses.astuple(needs), \
+            f"MODEL_NEEDS[{name!r}] = {needs!r}"
+
+
+@pytest.mark.parametrize("name", [*MODELS, "resnet1000"])
+def test_incompatibility_messages_are_the_models(name):
+    for info in INFOS:
+        assert catalog.incompatibility(name, catalog.DatasetInfo(*dataclasses.astuple(info))) == \
+            incompatibility(name, info), info
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_split_points_are_the_models_on_every_input_they_take(name):
+    infos = [example_info(name), *(info for info in INFOS if incompatibility(name, info) is None)]
+    for info in infos:
+        with torch.device("meta"):  # the structure only: no weights
+            points = tuple(build_model(name, info).split_points)
+        assert catalog.SPLIT_POINTS[name] == points, f"SPLIT_POINTS[{name!r}] = {points!r} (input {info})"
+    assert list(catalog.SPLIT_POINTS) == list(MODELS)
+
+
+def test_hyperparameters_are_the_algorithms_in_their_order():
+    # JSON, not ==: 1 == True == 1.0 in Python, but not in a run's config and id.
+    real = {name: dict(algorithm.hyperparameters) for name, algorithm in ALGORITHMS.items()}
+    assert json.dumps(catalog.HYPERPARAMETERS) == json.dumps(real), f"write HYPERPARAMETERS = {real!r}"
+
+
+def test_split_algorithms_are_the_split_family():
+    assert catalog.SPLIT_ALGORITHMS == {name for name, cls in ALGORITHMS.items() if cls.family == "split"}
