@@ -16,7 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+# The torch-free facts about each source (defaults, shapes, classes) live in fedskew.catalog, which
+# validation reads without importing torch; they are re-exported here for the code that loads data.
 from fedskew import paths
+from fedskew.catalog import DATASET_DEFAULTS, DatasetInfo, dataset_info  # noqa: F401
 from fedskew.data.fetch import (
     CACHE,
     DatasetCorruptError,
@@ -35,55 +38,6 @@ TORCHVISION_SOURCES = ("mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
 # fedskew.data.<source> with load_tensors(spec, raw_root, download) -> (tensor file, tensors).
 EXTERNAL_SOURCES = ("cinic10", "tinyimagenet", "femnist", "adult", "imagenet_subset")
 TABULAR_SOURCES = ("synthetic", "adult")  # float feature vectors: not rescaled or standardised at load
-DATASET_DEFAULTS: dict[str, dict] = {
-    "digits": {"test_fraction": 0.2, "seed": 0},
-    "synthetic": {"lam": 1.0, "mu": 1.0, "clients": 100, "dim": 60, "classes": 10, "seed": 0},
-    **{name: {} for name in TORCHVISION_SOURCES},
-    "cinic10": {},
-    "tinyimagenet": {},
-    "femnist": {"writers": 100, "seed": 0},  # FedLC: 100 FEMNIST clients; writers null = every writer
-    "adult": {},
-    "imagenet_subset": {"imagenet_dir": None},  # a local ILSVRC-2012 copy; must be set to prepare
-}
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """What a model and a partitioner need to know about a dataset without loading it."""
-
-    input_shape: tuple[int, ...]
-    num_classes: int
-    is_image: bool
-    has_natural_partition: bool
-
-
-def dataset_info(spec: dict) -> DatasetInfo:
-    source = spec["source"]
-    if source == "digits":
-        return DatasetInfo((1, 8, 8), 10, True, False)
-    if source == "synthetic":
-        return DatasetInfo((spec["dim"],), spec["classes"], False, True)
-    if source in ("mnist", "fashionmnist"):
-        return DatasetInfo((1, 28, 28), 10, True, False)
-    if source in ("cifar10", "svhn"):
-        return DatasetInfo((3, 32, 32), 10, True, False)
-    if source == "cifar100":
-        return DatasetInfo((3, 32, 32), 100, True, False)
-    if source == "cinic10":
-        return DatasetInfo((3, 32, 32), 10, True, False)
-    if source == "tinyimagenet":
-        return DatasetInfo((3, 64, 64), 200, True, False)
-    if source == "femnist":
-        return DatasetInfo((1, 28, 28), 62, True, True)
-    if source == "adult":
-        from fedskew.data.adult import NUM_FEATURES
-
-        return DatasetInfo((NUM_FEATURES,), 2, False, False)
-    if source == "imagenet_subset":
-        return DatasetInfo((3, 64, 64), 12, True, False)
-    raise ValueError(f"unknown dataset source {source!r}")
-
-
 @dataclass
 class Dataset:
     """A dataset in memory: normalised float inputs, int64 labels, optional natural client ids."""
