@@ -206,8 +206,8 @@ def test_kubernetes_profile_links_agree_with_the_bucket_and_the_volume():
     assert links[f".snakemake/storage/s3/{bucket}/{prefix}"] == "$(pwd)"
     assert str(Path(f".snakemake/storage/s3/{bucket}/{prefix}").parent) in made
     # The files the rules do not declare live on the shared volume.
-    shared = {"data": f"{mount}/data", "results/runs": f"{mount}/results/runs",
-              "results/checkpoints": f"{mount}/results/checkpoints"}
+    shared = {"data/raw": f"{mount}/data/raw", "data/partitions": f"{mount}/data/partitions",
+              "results/runs": f"{mount}/results/runs", "results/checkpoints": f"{mount}/results/checkpoints"}
     for link, target in shared.items():
         assert links[link] == target and target in made, link
         assert str(Path(link).parent) in {".", *made}
