@@ -21,7 +21,6 @@ import torch
 from torch import nn
 
 from fedskew import paths
-from fedskew.runfiles import write_run_files
 from fedskew.config import load_params
 from fedskew.engine.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedskew.engine.evaluate import evaluate
@@ -30,6 +29,7 @@ from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, 
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings, weighted_average
 from fedskew.models import build_model
+from fedskew.runfiles import write_run_files
 from tests.unit.helpers import DIGITS_INFO
 
 METHODS = ["fedavg", "fedprox", "fedlc"]
@@ -426,3 +426,31 @@ def test_progress_logs_a_line_every_tenth_of_the_run_with_rate_and_eta(caplog, m
     assert len(lines) == 10 and lines[0].startswith("abc round 2/20 acc n/a ")
     assert lines[-1].startswith("abc round 20/20 acc 0.2000 ") and lines[-1].endswith("ETA 0:00:00")
     assert all("rounds/s ETA" in line for line in lines)
+
+
+def test_only_models_with_dropout_are_reseeded_per_client() -> None:
+    from fedskew.engine.simulation import draws_from_global_rng
+    from fedskew.models import build_model, example_info
+
+    assert draws_from_global_rng(build_model("alexnet", example_info("alexnet")))
+    for name in ("logreg", "mlp", "cnn", "resnet18"):
+        assert not draws_from_global_rng(build_model(name, example_info(name))), name
+
+
+def test_a_streamed_round_reads_the_client_state_without_copying_it(project, tiny_params) -> None:
+    from fedskew.engine.simulation import train_client
+    from fedskew.fl.base import ClientContext, TrainingSettings
+    from fedskew.fl.fedavg import FedAvg
+    from fedskew.models import build_model, example_info
+
+    model = build_model("mlp", example_info("mlp"))
+    global_state = {k: v.clone() for k, v in model.state_dict().items()}
+    algorithm = FedAvg(TrainingSettings(1, 8, 0.1, 0.0, 0.0), 1, 10)
+    x, y = torch.randn(16, 64), torch.arange(16) % 10
+    client = ClientContext(0, 1, torch.arange(16), torch.bincount(y, minlength=10), torch.Generator().manual_seed(0))
+    shared = train_client(algorithm, model, global_state, x, y, client, "r", copy_state=False).state
+    assert all(shared[k].data_ptr() == v.data_ptr() for k, v in model.state_dict().items())
+    client.generator.manual_seed(0)
+    copied = train_client(algorithm, model, global_state, x, y, client, "r").state
+    assert all(copied[k].data_ptr() != v.data_ptr() for k, v in model.state_dict().items())
+    assert all(torch.equal(copied[k], v) for k, v in model.state_dict().items())

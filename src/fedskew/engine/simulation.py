@@ -111,11 +111,13 @@ def resolve_device(name: str) -> torch.device:
 
 def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
                  x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str,
-                 augment: Augment | None = None) -> ClientUpdate:
+                 augment: Augment | None = None, copy_state: bool = True) -> ClientUpdate:
     """Local training of one client from the global model; returns its update.
 
     `augment(x_batch, generator)` (training.augmentation) transforms each training batch,
-    drawing from the client's own generator.
+    drawing from the client's own generator. With ``copy_state=False`` the update's state
+    holds the model's own tensors, valid only until the model is trained again: for a
+    caller that folds it into an average at once.
     """
     settings = algorithm.settings
     model.load_state_dict(global_state)
@@ -136,7 +138,8 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
         empty = [client.client_id] if steps == 0 else []
         raise NonFiniteError(f"run {run_id}: non-finite training loss ({mean_loss}) in round {client.round}, "
                              f"client {client.client_id}; {_nonfinite_advice(empty)}")
-    state = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    state = {key: value.detach().clone() if copy_state else value.detach()
+             for key, value in model.state_dict().items()}
     return ClientUpdate(client.client_id, n, state, steps, mean_loss,
                         algorithm.client_payload(model, client, steps))
 
@@ -156,14 +159,20 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     (training.local_diagnostics); it must not change the model.
     """
     streaming = type(algorithm).aggregate is FederatedAlgorithm.aggregate
+    # Dropout draws from the global generator: seed it per client so results do not depend on the
+    # order clients train in. A model without such layers draws nothing there, and skipping the call
+    # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
+    seed_per_client = draws_from_global_rng(model)
     total = sum(c.num_samples for c in clients)
     running: dict[str, torch.Tensor] = {}
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     for client in clients:
-        torch.manual_seed(client.seed)  # dropout and other model randomness: per client, order-free
+        if seed_per_client:
+            torch.manual_seed(client.seed)
         traffic["down_weights"] += tensor_bytes(global_state)
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
-        update = train_client(algorithm, model, global_state, x, y, client, run_id, augment)
+        # a streamed average reads the client's state once, right away: no copy of it is needed
+        update = train_client(algorithm, model, global_state, x, y, client, run_id, augment, copy_state=not streaming)
         if after_local is not None:
             after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
@@ -175,6 +184,11 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     new_state = running if streaming else algorithm.aggregate(global_state, updates)
     return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},
                        {u.client_id: u.num_samples for u in updates}, traffic)
+
+
+def draws_from_global_rng(model: torch.nn.Module) -> bool:
+    """Whether training `model` draws from torch's global generator (dropout layers do)."""
+    return any(isinstance(module, torch.nn.modules.dropout._DropoutNd) for module in model.modules())
 
 
 def fold_into_average(running: dict[str, torch.Tensor], state: dict[str, torch.Tensor], weight: float) -> None:
