@@ -148,40 +148,40 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
                     clients: list[ClientContext], x: torch.Tensor, y: torch.Tensor, run_id: str,
                     augment: Augment | None = None,
                     after_local: Callable[[ClientContext, torch.nn.Module], None] | None = None) -> RoundResult:
-    """Local training of every participant from the global model, then the method's `aggregate`.
+    """Local training of every participant from the global model, then the method's aggregation.
 
-    A method that keeps FedAvg's `aggregate` (a sample-weighted average) has each client's
-    state folded into a running sum as soon as it is trained, so a round holds one model
-    copy besides the global state, whatever the number of participants; the sum is taken
-    in the same order and with the same weights as `weighted_average`, so the result is
-    bit-identical. Methods with their own `aggregate` receive every update, as they need.
+    A method whose aggregation streams (`begin_aggregate`: FedAvg's weighted average,
+    FedOpt, FedNova, FedDyn) has each client's update folded in as soon as it is trained
+    and its state dropped, so a round holds one model copy besides the global state,
+    whatever the number of participants; each fold takes the same sums in the same order
+    as the method's `aggregate`, so the result is bit-identical. Other methods receive
+    every update, as they need.
     `after_local(client, model)` sees each client's model right after its local training
     (training.local_diagnostics); it must not change the model.
     """
-    streaming = type(algorithm).aggregate is FederatedAlgorithm.aggregate
+    stream = algorithm.begin_aggregate(global_state, [c.num_samples for c in clients])
     # Dropout draws from the global generator: seed it per client so results do not depend on the
     # order clients train in. A model without such layers draws nothing there, and skipping the call
     # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
     seed_per_client = draws_from_global_rng(model)
-    total = sum(c.num_samples for c in clients)
-    running: dict[str, torch.Tensor] = {}
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     for client in clients:
         if seed_per_client:
             torch.manual_seed(client.seed)
         traffic["down_weights"] += tensor_bytes(global_state)
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
-        # a streamed average reads the client's state once, right away: no copy of it is needed
-        update = train_client(algorithm, model, global_state, x, y, client, run_id, augment, copy_state=not streaming)
+        # a fold reads the client's state once, right away: no copy of it is needed
+        update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
+                              copy_state=stream is None)
         if after_local is not None:
             after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
         traffic["up_payload"] += tensor_bytes(update.payload)
-        if streaming:
-            fold_into_average(running, update.state, update.num_samples / total)
+        if stream is not None:
+            stream.fold(update)
             update.state = {}  # folded: drop this client's copy now
         updates.append(update)
-    new_state = running if streaming else algorithm.aggregate(global_state, updates)
+    new_state = stream.finish(updates) if stream is not None else algorithm.aggregate(global_state, updates)
     return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},
                        {u.client_id: u.num_samples for u in updates}, traffic)
 
@@ -189,17 +189,6 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
 def draws_from_global_rng(model: torch.nn.Module) -> bool:
     """Whether training `model` draws from torch's global generator (dropout layers do)."""
     return any(isinstance(module, torch.nn.modules.dropout._DropoutNd) for module in model.modules())
-
-
-def fold_into_average(running: dict[str, torch.Tensor], state: dict[str, torch.Tensor], weight: float) -> None:
-    """One step of `weighted_average`, streamed: floats add weight·state, integer buffers take the max."""
-    for key, value in state.items():
-        if key not in running:
-            running[key] = torch.zeros_like(value) if value.is_floating_point() else value.clone()
-        if value.is_floating_point():
-            running[key].add_(value, alpha=weight)
-        else:
-            torch.maximum(running[key], value, out=running[key])
 
 
 class Progress:

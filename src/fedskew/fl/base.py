@@ -200,6 +200,58 @@ class FederatedAlgorithm(Algorithm):
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
         return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
 
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate | None:
+        """The round's aggregation fed one update at a time, or None to receive every update at once.
+
+        `num_samples` lists the participants' sizes in the order their updates will come.
+        FedAvg's weighted average streams; a method that overrides `aggregate` streams only
+        if it also overrides this hook (and then computes `aggregate` through it, so the two
+        paths are one). The engine drops each update's state as soon as it is folded, so a
+        round holds one model copy besides the global state, whatever the participants.
+        """
+        if type(self).aggregate is FederatedAlgorithm.aggregate:
+            return AverageFold(num_samples)
+        return None
+
+
+class RoundAggregate:
+    """One round's aggregation, folded one client update at a time."""
+
+    def fold(self, update: ClientUpdate) -> None:
+        raise NotImplementedError
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        """The new global state; `updates` keep every field but their (dropped) states."""
+        raise NotImplementedError
+
+    @classmethod
+    def run(cls, aggregate: RoundAggregate, updates: list[ClientUpdate]) -> StateDict:
+        """Feed a whole round's updates (for `aggregate` computed through a stream)."""
+        for update in updates:
+            aggregate.fold(update)
+        return aggregate.finish(updates)
+
+
+class AverageFold(RoundAggregate):
+    """`weighted_average` by sample counts, streamed: same order, same weights, bit-identical."""
+
+    def __init__(self, num_samples: list[int]) -> None:
+        self.total = sum(num_samples)
+        self.average: StateDict = {}
+
+    def fold(self, update: ClientUpdate) -> None:
+        weight = update.num_samples / self.total
+        for key, value in update.state.items():
+            if key not in self.average:
+                self.average[key] = torch.zeros_like(value) if value.is_floating_point() else value.clone()
+            if value.is_floating_point():
+                self.average[key].add_(value, alpha=weight)
+            else:  # integer buffers (BatchNorm's num_batches_tracked) take the maximum
+                torch.maximum(self.average[key], value, out=self.average[key])
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        return self.average
+
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict, weighted_average
+from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
 
 
 class FedDyn(FederatedAlgorithm):
@@ -74,22 +74,21 @@ class FedDyn(FederatedAlgorithm):
 
     # ----------------------------------------------------------------- server side
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        # Buffers (and anything else not trained) as in FedAvg; parameters replaced below.
-        out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
-        alpha, m, k = self.hp["alpha"], self.num_clients, len(updates)
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+        # Buffers (and anything else not trained) as in FedAvg; parameters replaced in _server_step.
+        return _DynFold(self, global_state, num_samples)
+
+    def _server_step(self, global_state: StateDict, out: StateDict, mean: StateDict, drift: StateDict) -> StateDict:
+        alpha, m = self.hp["alpha"], self.num_clients
         for name in self._names:
-            mean = torch.zeros_like(global_state[name])
-            for update in updates:
-                mean.add_(update.state[name], alpha=1.0 / k)
             h = self._h.get(name)
             if h is None:
                 h = torch.zeros_like(global_state[name])
-            drift = torch.zeros_like(h)
-            for update in updates:
-                drift.add_(update.state[name] - global_state[name])
-            h = h - (alpha / m) * drift
+            h = h - (alpha / m) * drift[name]
             self._h[name] = h
-            out[name] = mean - h / alpha
+            out[name] = mean[name] - h / alpha
         return out
 
     # ------------------------------------------------------------- persistent state
@@ -107,3 +106,27 @@ class FedDyn(FederatedAlgorithm):
         self._h = {name: t.clone() for name, t in state.get("h", {}).items()}
         self._client_grads = {int(cid): {name: t.clone() for name, t in grads.items()}
                               for cid, grads in state.get("client_grads", {}).items()}
+
+
+class _DynFold(RoundAggregate):
+    """The participants' plain mean and their summed drift Σ_i (θ_i − θ) per parameter, one client
+    at a time (buffers take FedAvg's average); FedDyn's server step then updates h."""
+
+    def __init__(self, method: FedDyn, global_state: StateDict, num_samples: list[int]) -> None:
+        self.method, self.global_state = method, global_state
+        self.average = AverageFold(num_samples)
+        self.k = len(num_samples)
+        self.mean: StateDict | None = None  # the parameter names are known once a client has trained
+        self.drift: StateDict = {}
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.average.fold(update)
+        if self.mean is None:
+            self.mean = {name: torch.zeros_like(self.global_state[name]) for name in self.method._names}
+            self.drift = {name: torch.zeros_like(self.global_state[name]) for name in self.method._names}
+        for name in self.mean:
+            self.mean[name].add_(update.state[name], alpha=1.0 / self.k)
+            self.drift[name].add_(update.state[name] - self.global_state[name])
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        return self.method._server_step(self.global_state, self.average.finish(updates), self.mean, self.drift)

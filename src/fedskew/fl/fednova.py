@@ -24,8 +24,12 @@ With equal a_i the update is exactly FedAvg's weighted average. No server moment
 
 from __future__ import annotations
 
-from fedskew.fl.base import ClientUpdate, StateDict, weighted_average
-from fedskew.fl.fedopt import ParameterAwareAlgorithm, sample_weights
+from collections.abc import Callable
+
+import torch
+
+from fedskew.fl.base import AverageFold, ClientUpdate, RoundAggregate, StateDict
+from fedskew.fl.fedopt import ParameterAwareAlgorithm
 
 
 def normalizing_factor(num_steps: int, momentum: float) -> float:
@@ -43,14 +47,36 @@ class FedNova(ParameterAwareAlgorithm):
     hyperparameters: dict[str, float] = {}
 
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
-        weights = sample_weights(updates)
-        a = [normalizing_factor(u.num_steps, self.settings.momentum) for u in updates]
-        tau_eff = sum(p * a_i for p, a_i in zip(weights, a))
-        for key in self.parameter_keys():
-            x = global_state[key]
-            direction = x.new_zeros(x.shape)
-            for update, p, a_i in zip(updates, weights, a):
-                direction.add_(x - update.state[key], alpha=p / a_i)  # p_i·d_i
-            out[key] = x - tau_eff * direction
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+        return _NormalizedFold(global_state, num_samples, self.parameter_keys, self.settings.momentum)
+
+
+class _NormalizedFold(RoundAggregate):
+    """x − τ_eff Σ_i p_i d_i with d_i = (x − y_i) / a_i and τ_eff = Σ_i p_i a_i, one client at a time
+    (buffers take FedAvg's average)."""
+
+    def __init__(self, global_state: StateDict, num_samples: list[int], keys: Callable[[], tuple[str, ...]],
+                 momentum: float) -> None:
+        self.global_state, self.keys, self.momentum = global_state, keys, momentum
+        self.average = AverageFold(num_samples)
+        self.total = float(sum(num_samples))
+        self.tau_eff = 0
+        self.direction: StateDict | None = None  # the parameter names are known once a client has trained
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.average.fold(update)
+        if self.direction is None:
+            self.direction = {key: torch.zeros_like(self.global_state[key]) for key in self.keys()}
+        p = update.num_samples / self.total
+        a_i = normalizing_factor(update.num_steps, self.momentum)
+        self.tau_eff += p * a_i
+        for key, direction in self.direction.items():
+            direction.add_(self.global_state[key] - update.state[key], alpha=p / a_i)  # p_i·d_i
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        out = self.average.finish(updates)
+        for key, direction in self.direction.items():
+            out[key] = self.global_state[key] - self.tau_eff * direction
         return out

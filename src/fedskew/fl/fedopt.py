@@ -25,12 +25,20 @@ Choices (each also noted where it is made):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict, weighted_average
+from fedskew.fl.base import (
+    AverageFold,
+    ClientContext,
+    ClientUpdate,
+    FederatedAlgorithm,
+    RoundAggregate,
+    StateDict,
+)
 
 
 class ParameterAwareAlgorithm(FederatedAlgorithm):
@@ -71,17 +79,28 @@ def sample_weights(updates: list[ClientUpdate]) -> list[float]:
     return [u.num_samples / total for u in updates]
 
 
-def pseudo_gradient(global_state: StateDict, updates: list[ClientUpdate], keys: tuple[str, ...]) -> StateDict:
-    """Δ = Σ_i p_i (y_i − x) for the given keys."""
-    weights = sample_weights(updates)
-    out: StateDict = {}
-    for key in keys:
-        x = global_state[key]
-        acc = torch.zeros_like(x)
-        for update, p in zip(updates, weights):
-            acc.add_(update.state[key] - x, alpha=p)
-        out[key] = acc
-    return out
+class PseudoGradientFold(RoundAggregate):
+    """FedAvg's average (buffers keep it) and the pseudo-gradient Δ = Σ_i p_i (y_i − x) over the
+    parameters, p_i = n_i / Σ_j n_j, summed one client at a time in the round's order;
+    `step(average, Δ)` makes the new global state."""
+
+    def __init__(self, global_state: StateDict, num_samples: list[int], keys: Callable[[], tuple[str, ...]],
+                 step: Callable[[StateDict, StateDict], StateDict]) -> None:
+        self.global_state, self.keys, self.step = global_state, keys, step
+        self.average = AverageFold(num_samples)
+        self.total = float(sum(num_samples))
+        self.delta: StateDict | None = None  # the parameter names are known once a client has trained
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.average.fold(update)
+        if self.delta is None:
+            self.delta = {key: torch.zeros_like(self.global_state[key]) for key in self.keys()}
+        p = update.num_samples / self.total
+        for key, acc in self.delta.items():
+            acc.add_(update.state[key] - self.global_state[key], alpha=p)
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        return self.step(self.average.finish(updates), self.delta)
 
 
 class _ServerOptimizer(ParameterAwareAlgorithm):
@@ -104,12 +123,16 @@ class _ServerOptimizer(ParameterAwareAlgorithm):
         raise NotImplementedError(f"{type(self).__name__} must define its second-moment update")
 
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        # Buffers as in FedAvg; parameters replaced by the server optimiser's step below.
-        out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
-        keys = self.parameter_keys()
-        delta = pseudo_gradient(global_state, updates, keys)
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+        # Buffers as in FedAvg; parameters replaced by the server optimiser's step.
+        return PseudoGradientFold(global_state, num_samples, self.parameter_keys,
+                                  lambda average, delta: self._server_step(global_state, average, delta))
+
+    def _server_step(self, global_state: StateDict, out: StateDict, delta: StateDict) -> StateDict:
         lr, beta1, tau = self.hp["server_lr"], self.hp["beta1"], self.hp["tau"]
-        for key in keys:
+        for key in self.parameter_keys():
             d = delta[key]
             m = self._m[key] if key in self._m else torch.zeros_like(d)
             v = self._v[key] if key in self._v else torch.full_like(d, tau * tau)  # v_{-1} = τ² (docstring)
