@@ -40,27 +40,56 @@ is not checkpointed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, StateDict, weighted_average
-from fedskew.fl.fedopt import ParameterAwareAlgorithm, sample_weights
+from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, RoundAggregate, StateDict
+from fedskew.fl.fedopt import ParameterAwareAlgorithm
 
 
-def server_step_size(deltas: list[StateDict], weights: list[float], epsilon: float) -> float:
-    """η_g = max(1, ½·Σ p_i‖Δ_i‖² / (‖Σ p_i Δ_i‖² + S·ε)) for S = len(deltas) clients."""
-    spread = sum(p * sum(float(t.double().square().sum()) for t in delta.values())
-                 for delta, p in zip(deltas, weights))
-    mean_sq = 0.0
-    for key in deltas[0]:
-        mean = sum(p * delta[key].double() for delta, p in zip(deltas, weights))
-        mean_sq += float(mean.square().sum())
-    denominator = mean_sq + len(deltas) * epsilon
-    if denominator == 0.0:  # ε = 0 and every client returned the global model: plain FedAvg step
-        return 1.0
-    return max(1.0, 0.5 * spread / denominator)
+class _ExtrapolationFold(RoundAggregate):
+    """What FedExP's server step needs, one client at a time, with Δ_i = y_i − x and p_i = n_i / Σ n_j:
+
+    the FedAvg average (buffers keep it), m = Σ p_i Δ_i (float, the step's direction), Σ p_i‖Δ_i‖²
+    and ‖Σ p_i Δ_i‖² (in float64, as the authors' code), then
+    η_g = max(1, ½·Σ p_i‖Δ_i‖² / (‖Σ p_i Δ_i‖² + S·ε)) for S clients.
+    """
+
+    def __init__(self, x: StateDict, num_samples: list[int], keys: Callable[[], tuple[str, ...]],
+                 step: Callable[[_ExtrapolationFold, list[ClientUpdate]], StateDict]) -> None:
+        self.x, self.keys, self.step = x, keys, step
+        self.average = AverageFold(num_samples)
+        self.total = float(sum(num_samples))
+        self.spread = 0
+        self.mean: StateDict | None = None  # the parameter names are known once a client has trained
+        self.mean64: dict[str, Any] = {}
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.average.fold(update)
+        if self.mean is None:
+            self.mean = {key: torch.zeros_like(self.x[key]) for key in self.keys()}
+            self.mean64 = {key: 0 for key in self.mean}  # summed like Python's sum(): from 0
+        p = update.num_samples / self.total
+        delta = {key: update.state[key] - self.x[key] for key in self.mean}
+        self.spread += p * sum(float(t.double().square().sum()) for t in delta.values())
+        for key, d in delta.items():
+            self.mean[key].add_(d, alpha=p)
+            self.mean64[key] = self.mean64[key] + p * d.double()
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        return self.step(self, updates)
+
+    def step_size(self, clients: int, epsilon: float) -> float:
+        mean_sq = 0.0
+        for key in self.mean:
+            mean_sq += float(self.mean64[key].square().sum())
+        denominator = mean_sq + clients * epsilon
+        if denominator == 0.0:  # ε = 0 and every client returned the global model: plain FedAvg step
+            return 1.0
+        return max(1.0, 0.5 * self.spread / denominator)
 
 
 class FedExp(ParameterAwareAlgorithm):
@@ -90,31 +119,33 @@ class FedExp(ParameterAwareAlgorithm):
 
     # ----------------------------------------------------------------- server side
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        started, self._clients_started = self._clients_started, 0
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
         previous = self._iterate if self._averaging else None
+        x = previous if previous is not None else global_state  # where the clients started from
+        return _ExtrapolationFold(x, num_samples, self.parameter_keys,
+                                  lambda fold, updates: self._server_step(fold, previous, updates))
+
+    def _server_step(self, fold: _ExtrapolationFold, previous: StateDict | None,
+                     updates: list[ClientUpdate]) -> StateDict:
+        started, self._clients_started = self._clients_started, 0
         if previous is not None and started != len(updates):
             raise RuntimeError(f"{self.name}: {len(updates)} client updates but FedExp.begin_local ran for "
                                f"{started} clients, so clients may not have started from the last iterate; "
                                "a parent class's begin_local must call super()")
-        x = previous if previous is not None else global_state
-        out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
-        weights = sample_weights(updates)
-        keys = self.parameter_keys()
-        deltas = [{key: u.state[key] - x[key] for key in keys} for u in updates]
-        eta = server_step_size(deltas, weights, self.hp["epsilon"])
+        out = fold.average.finish(updates)
+        eta = fold.step_size(len(updates), self.hp["epsilon"])
         self.last_server_lr = eta
-        for key in keys:
-            mean = torch.zeros_like(x[key])
-            for delta, p in zip(deltas, weights):
-                mean.add_(delta[key], alpha=p)
-            out[key] = x[key] + eta * mean
+        for key, mean in fold.mean.items():
+            out[key] = fold.x[key] + eta * mean
         if not self._averaging:
             return out
         self._iterate = out
         if previous is None:  # first aggregation: nothing to average with (as the authors' code)
             return out
         averaged = dict(out)
-        for key in keys:
+        for key in fold.mean:
             averaged[key] = (out[key] + previous[key]) / 2
         return averaged
 
