@@ -10,13 +10,11 @@ cancels. Offline: the digits dataset and the default suite's CNN.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from _interleaved import compare  # benchmarks/, on the path when run as a script
 from fedskew.data.embedded import load_digits_split
 from fedskew.data.partition import make_partition
 from fedskew.data.registry import DatasetInfo, _normalise
@@ -36,7 +34,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     raw = load_digits_split()
-    x, _ = _normalise(raw["x_train"], raw["x_test"], "digits")
+    x = _normalise(raw["x_train"], raw["x_test"], "digits")[0]  # (x_train, x_test, mean, std)
     y = raw["y_train"]
     partition = make_partition(y.numpy(), 10, "dirichlet", {"clients": args.clients, "beta": 0.5}, seed=0)
     indices = [torch.from_numpy(ix) for ix in partition.client_indices]
@@ -69,20 +67,8 @@ def main() -> None:
                     F.cross_entropy(floor_model(x[batch]), y[batch]).backward()
                     floor_opt.step()
 
-    engine_round(0), floor_round(0)  # warm-up
-    engine_times, floor_times = [], []
-    for r in range(1, args.rounds + 1):
-        for fn, times in ((engine_round, engine_times), (floor_round, floor_times)):
-            start = time.perf_counter()
-            fn(r)
-            times.append(time.perf_counter() - start)
-    engine, floor = statistics.median(engine_times), statistics.median(floor_times)
-    ratios = np.array(engine_times) / np.array(floor_times)
     print(f"method={args.method} clients={args.clients} rounds={args.rounds} torch threads=1")
-    print(f"engine round  median {1000 * engine:8.1f} ms")
-    print(f"floor round   median {1000 * floor:8.1f} ms")
-    print(f"ratio of medians {engine / floor:.3f} (per-round ratios: median {np.median(ratios):.3f}, "
-          f"IQR {np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f})")
+    print(compare(engine_round, floor_round, args.rounds))
 
 
 if __name__ == "__main__":

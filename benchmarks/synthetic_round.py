@@ -11,13 +11,11 @@ what issue 12 bounds (target <= 1.2). Offline: the Synthetic generator of FedLC'
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from _interleaved import compare  # benchmarks/, on the path when run as a script
 from fedskew.data.embedded import generate_synthetic
 from fedskew.data.partition import make_partition
 from fedskew.data.registry import DatasetInfo
@@ -73,21 +71,9 @@ def main() -> None:
                 F.cross_entropy(floor_model(x[batch]), y[batch]).backward()
                 floor_opt.step()
 
-    engine_round(0), floor_round(0)  # warm-up
-    engine_times, floor_times = [], []
-    for r in range(1, args.rounds + 1):
-        for fn, times in ((engine_round, engine_times), (floor_round, floor_times)):
-            start = time.perf_counter()
-            fn(r)
-            times.append(time.perf_counter() - start)
-    engine, floor = statistics.median(engine_times), statistics.median(floor_times)
-    ratios = np.array(engine_times) / np.array(floor_times)
     print(f"Synthetic(1,1), logreg, FedAvg, {args.per_round} of {clients} clients per round, "
           f"{args.rounds} rounds, 1 torch thread")
-    print(f"engine round  median {1000 * engine:7.2f} ms")
-    print(f"floor round   median {1000 * floor:7.2f} ms")
-    print(f"ratio of medians {engine / floor:.3f} (per-round ratios: median {np.median(ratios):.3f}, "
-          f"IQR {np.percentile(ratios, 25):.3f}-{np.percentile(ratios, 75):.3f})")
+    print(compare(engine_round, floor_round, args.rounds))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ The engine (fedskew.engine) owns the loop and contains no per-method branches.
 
 from __future__ import annotations
 
+import abc
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -214,15 +215,16 @@ class FederatedAlgorithm(Algorithm):
         return None
 
 
-class RoundAggregate:
+class RoundAggregate(abc.ABC):
     """One round's aggregation, folded one client update at a time."""
 
+    @abc.abstractmethod
     def fold(self, update: ClientUpdate) -> None:
-        raise NotImplementedError
+        """Take in one client's update (its state is dropped right after)."""
 
+    @abc.abstractmethod
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
         """The new global state; `updates` keep every field but their (dropped) states."""
-        raise NotImplementedError
 
     @classmethod
     def run(cls, aggregate: RoundAggregate, updates: list[ClientUpdate]) -> StateDict:
