@@ -66,6 +66,7 @@ class RunResult:
     history: list[dict[str, Any]]
     final: dict[str, Any]
     resumed_from: int
+    loop_seconds: float = 0.0  # wall time of the rounds run in this process (the rest of a job is fixed cost)
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -297,6 +298,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         for row in history:
             on_round(row)
     round_ = start
+    loop_started = time.perf_counter()
     try:
         for round_ in range(start, rounds + 1):
             clients = []
@@ -350,10 +352,11 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     except NonFiniteError as error:
         error.round, error.history = round_, history
         raise
+    loop_seconds = time.perf_counter() - loop_started
     final = summarise(history)
     if view is not None:  # the cut used, also when params.yaml left it to the model's default
         final["split_point"] = view.point
-    return RunResult(history, final, start - 1)
+    return RunResult(history, final, start - 1, loop_seconds)
 
 
 def summarise(history: list[dict[str, Any]]) -> dict[str, Any]:

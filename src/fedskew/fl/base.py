@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedskew.sgd import SGD
+
 StateDict = dict[str, torch.Tensor]
 
 
@@ -159,9 +161,9 @@ class FederatedAlgorithm(Algorithm):
         return model
 
     # ----------------------------------------------------------------- client side
-    def make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+    def make_optimizer(self, model: nn.Module) -> SGD:
         s = self.settings
-        return torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+        return SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
 
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         """Called after the client loaded the global model, before its first step."""
@@ -178,7 +180,7 @@ class FederatedAlgorithm(Algorithm):
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
         """Adjust gradients between backward and the optimiser step."""
 
-    def local_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+    def local_step(self, model: nn.Module, optimizer: SGD, x: torch.Tensor,
                    y: torch.Tensor, client: ClientContext) -> torch.Tensor:
         """One minibatch step; returns the (detached) loss."""
         optimizer.zero_grad(set_to_none=True)

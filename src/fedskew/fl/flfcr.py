@@ -61,6 +61,7 @@ from torch import nn
 
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
 from fedskew.fl.losses import true_class_margin_cross_entropy
+from fedskew.sgd import SGD
 
 HEAD_WEIGHT, HEAD_BIAS = "head.weight", "head.bias"
 
@@ -162,7 +163,7 @@ def retrain_head(weight: torch.Tensor, bias: torch.Tensor, features: torch.Tenso
     features = features.to(device=weight.device, dtype=weight.dtype)
     labels = labels.to(weight.device)
     absent = ~classes.to(weight.device)
-    optimizer = torch.optim.SGD([w, b], lr=lr)
+    optimizer = SGD([w, b], lr=lr)
     n = labels.numel()
     for _ in range(epochs):
         order = torch.randperm(n, generator=generator).to(weight.device)

@@ -33,6 +33,7 @@ from torch.func import functional_call
 from fedskew.fl.base import Algorithm, ClientContext, RoundResult, StateDict, TrainingSettings, weighted_average
 from fedskew.fl.losses import logit_adjusted_cross_entropy
 from fedskew.models.split import SplitView
+from fedskew.sgd import SGD
 
 
 @dataclass
@@ -92,8 +93,8 @@ class PartCopy:
         names = [name for name, _ in module.named_parameters()]
         self.state = {key: value.detach().clone() for key, value in state.items()}
         self.parameters = [self.state[name].requires_grad_(True) for name in names]
-        self.optimizer = torch.optim.SGD(self.parameters, lr=settings.lr, momentum=settings.momentum,
-                                         weight_decay=settings.weight_decay)
+        self.optimizer = SGD(self.parameters, lr=settings.lr, momentum=settings.momentum,
+                             weight_decay=settings.weight_decay)
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, self.state, (inputs,))
