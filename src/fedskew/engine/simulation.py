@@ -180,7 +180,7 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
         traffic["up_payload"] += tensor_bytes(update.payload)
         if stream is not None:
             stream.fold(update)
-            update.state = {}  # folded: drop this client's copy now
+            update.state, update.payload = {}, {}  # folded: drop this client's copy now
         updates.append(update)
     new_state = stream.finish(updates) if stream is not None else algorithm.aggregate(global_state, updates)
     return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},

@@ -222,11 +222,11 @@ class RoundAggregate(abc.ABC):
 
     @abc.abstractmethod
     def fold(self, update: ClientUpdate) -> None:
-        """Take in one client's update (its state is dropped right after)."""
+        """Take in one client's update (its state and payload are dropped right after)."""
 
     @abc.abstractmethod
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        """The new global state; `updates` keep every field but their (dropped) states."""
+        """The new global state; `updates` keep every field but their (dropped) states and payloads."""
 
     @classmethod
     def run(cls, aggregate: RoundAggregate, updates: list[ClientUpdate]) -> StateDict:
