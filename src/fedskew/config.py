@@ -54,6 +54,8 @@ EXECUTION_SETTINGS = ("threads", "on_divergence")
 # Method options added after results were published, with the behaviour those results had.
 # A run's id includes such an option only when it is set to something else.
 LATER_OPTIONS = {"missing_classes": "mask"}
+# The same for training settings: `execution` (vectorised clients) came after the published runs.
+LATER_TRAINING_OPTIONS = {"execution": "sequential"}
 PARTITION_DEFAULTS: dict[str, dict[str, Any]] = {"dirichlet": {"min_size": 10, "max_redraws": 1000}}
 
 
@@ -192,7 +194,7 @@ class RunConfig:
     def run_id(self) -> str:
         """sha256 of everything that determines the run's results.
 
-        Left out: options added after runs were published (LATER_OPTIONS) while they hold
+        Left out: options added after runs were published (LATER_OPTIONS, LATER_TRAINING_OPTIONS) while they hold
         the value those runs used, so that adding an option does not orphan existing runs;
         the suite name (two suites sharing a run share its id) and the
         EXECUTION_SETTINGS: `training.threads`, which a cluster profile may override (the
@@ -200,7 +202,8 @@ class RunConfig:
         `training.on_divergence`, which only decides how a diverged run is reported.
         """
         content = {k: v for k, v in self.to_dict().items() if k != "suite"}
-        content["training"] = {k: v for k, v in self.training.items() if k not in EXECUTION_SETTINGS}
+        content["training"] = {k: v for k, v in self.training.items()
+                               if k not in EXECUTION_SETTINGS and LATER_TRAINING_OPTIONS.get(k, object()) != v}
         content["method_spec"] = {k: v for k, v in self.method_spec.items()
                                   if LATER_OPTIONS.get(k, object()) != v}
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]

@@ -32,6 +32,7 @@ from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedskew.engine.diagnostics import LocalDiagnostics
 from fedskew.engine.evaluate import evaluate
 from fedskew.engine.sampling import client_seed, clients_per_round, derive_seed, sampling_schedule
+from fedskew.engine.vectorised import choose_execution, round_parallelism, train_clients_vectorised
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, RoundResult, TrainingSettings
 from fedskew.models import build_model
 from fedskew.models.split import SplitView, split_model
@@ -110,6 +111,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def nonfinite_loss(run_id: str, client: ClientContext, mean_loss: float, steps: int) -> NonFiniteError:
+    empty = [client.client_id] if steps == 0 else []
+    return NonFiniteError(f"run {run_id}: non-finite training loss ({mean_loss}) in round {client.round}, "
+                          f"client {client.client_id}; {_nonfinite_advice(empty)}")
+
+
 def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
                  x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str,
                  augment: Augment | None = None, copy_state: bool = True) -> ClientUpdate:
@@ -136,9 +143,7 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
             steps += 1
     mean_loss = float(loss_sum) / max(steps, 1)  # one device sync per client, not per step
     if not math.isfinite(mean_loss):
-        empty = [client.client_id] if steps == 0 else []
-        raise NonFiniteError(f"run {run_id}: non-finite training loss ({mean_loss}) in round {client.round}, "
-                             f"client {client.client_id}; {_nonfinite_advice(empty)}")
+        raise nonfinite_loss(run_id, client, mean_loss, steps)
     state = {key: value.detach().clone() if copy_state else value.detach()
              for key, value in model.state_dict().items()}
     return ClientUpdate(client.client_id, n, state, steps, mean_loss,
@@ -148,7 +153,8 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
 def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
                     clients: list[ClientContext], x: torch.Tensor, y: torch.Tensor, run_id: str,
                     augment: Augment | None = None,
-                    after_local: Callable[[ClientContext, torch.nn.Module], None] | None = None) -> RoundResult:
+                    after_local: Callable[[ClientContext, torch.nn.Module], None] | None = None,
+                    vectorised: bool = False) -> RoundResult:
     """Local training of every participant from the global model, then the method's aggregation.
 
     A method whose aggregation streams (`begin_aggregate`: FedAvg's weighted average,
@@ -159,6 +165,9 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     every update, as they need.
     `after_local(client, model)` sees each client's model right after its local training
     (training.local_diagnostics); it must not change the model.
+    With `vectorised=True` every participant trains at once (fedskew.engine.vectorised; the
+    caller checked that the method and model allow it), then the updates are folded in the
+    same order.
     """
     stream = algorithm.begin_aggregate(global_state, [c.num_samples for c in clients])
     # Dropout draws from the global generator: seed it per client so results do not depend on the
@@ -166,14 +175,22 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
     seed_per_client = draws_from_global_rng(model)
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
-    for client in clients:
-        if seed_per_client:
-            torch.manual_seed(client.seed)
+    trained = (train_clients_vectorised(algorithm, model, global_state, clients, x, y,
+                                        lambda client, loss, steps: nonfinite_loss(run_id, client, loss, steps))
+               if vectorised else None)
+    for position, client in enumerate(clients):
         traffic["down_weights"] += tensor_bytes(global_state)
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
-        # a fold reads the client's state once, right away: no copy of it is needed
-        update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
-                              copy_state=stream is None)
+        if trained is not None:
+            update, trained[position] = trained[position], None
+            if after_local is not None:
+                model.load_state_dict(update.state)
+        else:
+            if seed_per_client:
+                torch.manual_seed(client.seed)
+            # a fold reads the client's state once, right away: no copy of it is needed
+            update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
+                                  copy_state=stream is None)
         if after_local is not None:
             after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
@@ -274,6 +291,13 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     rounds = training["rounds"]
     schedule = sampling_schedule(cfg.seed, num_clients, clients_per_round(num_clients, training["participation"]),
                                  rounds)
+    vectorise = False
+    if view is None:
+        parallelism = round_parallelism(schedule, [len(idx) for idx in client_indices], training["local_epochs"],
+                                        training["batch_size"])
+        vectorise, why = choose_execution(training.get("execution", "sequential"), algorithm, model,
+                                          augment is not None, device, parallelism)
+        log.info("run %s: %s", cfg.run_id, why)
 
     checkpoint_dir = root / cfg.path(paths.CHECKPOINT_DIR)
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -312,7 +336,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                 diagnose.begin_round(model, global_state)
             if view is None:
                 outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id,
-                                          augment, diagnose.after_local if diagnose else None)
+                                          augment, diagnose.after_local if diagnose else None, vectorise)
             else:
                 torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
                 outcome = algorithm.run_round(SplitRound(

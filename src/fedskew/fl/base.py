@@ -151,6 +151,13 @@ class FederatedAlgorithm(Algorithm):
 
     name: ClassVar[str] = "fedavg"
     family: ClassVar[str] = "federated"
+    # The client-side hooks this class defines that the vectorised path can run
+    # (fedskew.engine.vectorised, training.execution), checked against the class that defines
+    # each hook, so a subclass overriding a hook must declare it again:
+    #   "local_loss"      reads only `client.label_counts`, uses ops `vmap` supports, and averages
+    #                     over the batch with F.cross_entropy (padded rows have label -100, ignored);
+    #   "after_backward"  has a `vectorised_after_backward` in the same class.
+    vectorised_hooks: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------- the model
     def adapt_model(self, model: nn.Module) -> nn.Module:
@@ -179,6 +186,14 @@ class FederatedAlgorithm(Algorithm):
 
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
         """Adjust gradients between backward and the optimiser step."""
+
+    def vectorised_after_backward(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
+                                  start: list[torch.Tensor]) -> None:
+        """`after_backward` for stacked clients (vectorised path): adjust `grads` in place.
+
+        Each list follows `model.parameters()`; every tensor has a leading client dimension.
+        `start` holds each client's parameters when its local training began.
+        """
 
     def local_step(self, model: nn.Module, optimizer: SGD, x: torch.Tensor,
                    y: torch.Tensor, client: ClientContext) -> torch.Tensor:

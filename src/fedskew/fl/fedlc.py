@@ -16,6 +16,7 @@ class FedLC(MissingClassTreatment, FederatedAlgorithm):
     name = "fedlc"
     # The paper gives no τ; public implementations use 0.1, 0.5 or 1.0. Recorded with every table.
     hyperparameters = {"tau": 1.0}
+    vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:

@@ -19,6 +19,7 @@ from fedskew.fl.losses import MissingClassTreatment, logit_adjusted_cross_entrop
 
 class FedLogit(MissingClassTreatment, FederatedAlgorithm):
     name = "fedlogit"
+    vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
     # Eq. 15 has no hyperparameter of its own (Menon et al.'s τ is fixed to 1 in SCALA);
     # `missing_classes` (from the mixin) says how p_k(c) = 0 is treated, mask by default.
 

@@ -33,6 +33,7 @@ class FedRS(FederatedAlgorithm):
     name = "fedrs"
     # α ∈ {0.9, 0.5} in the paper; 0.5 is the official code's and FedDecorr's port default.
     hyperparameters = {"alpha": 0.5}
+    vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
 
     def class_scales(self, label_counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """s_c per class (shape [C])."""
