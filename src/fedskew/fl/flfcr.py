@@ -45,6 +45,13 @@ Choices where the paper is silent or ambiguous (recorded with every result):
   seed, round and client) after training and sends it with its payload; the server seeds a
   torch.Generator with their sum mod 2^63. The draw is order-free, differs between rounds
   and run seeds, and makes `aggregate` a pure function of its inputs (bit-identical resume).
+- Streaming: the server side folds each participant's update in as soon as it has trained
+  (`begin_aggregate`): its model into FedAvg's running weighted average, its statistics into
+  the running Eq. 5–6 pool (`ClassStatisticsPool`), its counts and seed into the round's
+  totals; the engine then drops the update, so a round holds one model and one client's
+  statistics at a time besides the running sums, however many clients take part. The folds
+  take the same sums in the same order as the one-shot computation did (bit-identical);
+  sampling and head retraining happen once, in `finish`. `aggregate` goes through the same fold.
 - The paper's "L2 regularisation on the weight vectors of the last layer and the last
   hidden activation" (after AM-Softmax) is not specified further (no coefficient, Eq. 13
   uses raw logits); it is not added: training.weight_decay is the regulariser.
@@ -59,7 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
+from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
 from fedskew.fl.losses import true_class_margin_cross_entropy
 from fedskew.sgd import SGD
 
@@ -108,41 +115,57 @@ def class_feature_statistics(features: torch.Tensor, y: torch.Tensor, num_classe
             torch.stack(covs) if covs else v.new_zeros(0, dim * (dim + 1) // 2))
 
 
-def pool_class_statistics(clients: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], num_classes: int,
-                          dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eq. 5–6 over clients given in `class_feature_statistics`' layout.
+class ClassStatisticsPool:
+    """Eq. 5–6, accumulated one client at a time from statistics in `class_feature_statistics`' layout.
 
-    Returns N_c [C], μ_c [C, d] and the packed cov_c [C, d(d+1)/2] (0 where N_c < 2, undefined).
-    Eq. 6 is accumulated client by client in the pairwise form of Chan et al. (1979): with
-    M2 = (N − 1)·cov, merging (n_a, μ_a, M2_a) with (n_b, μ_b, M2_b) gives n = n_a + n_b,
-    μ = μ_a + δ·n_b/n and M2 = M2_a + M2_b + δδᵀ·n_a n_b/n, δ = μ_b − μ_a. Summed over clients
-    this is Σ_k (N_{c,k}−1)cov_{c,k} + Σ_k N_{c,k}μ_{c,k}μ_{c,k}ᵀ − N_c μ_c μ_cᵀ, i.e. Eq. 6 times
-    N_c − 1, without subtracting large nearly equal terms, and it never holds more than one
-    client's statistics besides the running totals. A client with N_{c,k} = 1 adds its mean and
-    no covariance (its M2 is 0: "we exclude sample covariance estimates of clients with N_{c,k} < 2").
+    Pairwise form of Chan et al. (1979): with M2 = (N − 1)·cov, merging (n_a, μ_a, M2_a) with
+    (n_b, μ_b, M2_b) gives n = n_a + n_b, μ = μ_a + δ·n_b/n and M2 = M2_a + M2_b + δδᵀ·n_a n_b/n,
+    δ = μ_b − μ_a. Summed over clients this is Σ_k (N_{c,k}−1)cov_{c,k} + Σ_k N_{c,k}μ_{c,k}μ_{c,k}ᵀ
+    − N_c μ_c μ_cᵀ, i.e. Eq. 6 times N_c − 1, without subtracting large nearly equal terms, and
+    it never holds more than one client's statistics besides the running totals (float64, on
+    the CPU). A client with N_{c,k} = 1 adds its mean and no covariance (its M2 is 0: "we
+    exclude sample covariance estimates of clients with N_{c,k} < 2").
     """
-    packed = dim * (dim + 1) // 2
-    total = torch.zeros(num_classes, dtype=torch.float64)
-    mean = torch.zeros(num_classes, dim, dtype=torch.float64)
-    m2 = torch.zeros(num_classes, packed, dtype=torch.float64)
-    rows, cols = torch.triu_indices(dim, dim)
-    for counts, means, covs in clients:
+
+    def __init__(self, num_classes: int, dim: int) -> None:
+        self.total = torch.zeros(num_classes, dtype=torch.float64)
+        self.mean = torch.zeros(num_classes, dim, dtype=torch.float64)
+        self.m2 = torch.zeros(num_classes, dim * (dim + 1) // 2, dtype=torch.float64)
+        self.rows, self.cols = torch.triu_indices(dim, dim)
+
+    def add(self, counts: torch.Tensor, means: torch.Tensor, covs: torch.Tensor) -> None:
+        """Merge one client's N_{c,k} [C], μ_{c,k} [m1, d] and packed cov_{c,k} [m2, d(d+1)/2]."""
         n_b = counts.cpu().to(torch.float64)
         present, with_cov = n_b >= 1, n_b >= 2
-        mean_b = torch.zeros(num_classes, dim, dtype=torch.float64)
+        mean_b = torch.zeros_like(self.mean)
         mean_b[present] = means.cpu().to(torch.float64)
-        m2_b = torch.zeros(num_classes, packed, dtype=torch.float64)
+        m2_b = torch.zeros_like(self.m2)
         m2_b[with_cov] = covs.cpu().to(torch.float64) * (n_b[with_cov] - 1).unsqueeze(1)
-        n = total + n_b
-        delta = mean_b - mean
+        n = self.total + n_b
+        delta = mean_b - self.mean
         share = torch.where(present, n_b / n.clamp_min(1), torch.zeros_like(n_b))
-        cross = torch.where(present, total * n_b / n.clamp_min(1), torch.zeros_like(n_b))
-        mean = mean + delta * share.unsqueeze(1)
-        m2 = m2 + m2_b + (delta[:, rows] * delta[:, cols]) * cross.unsqueeze(1)
-        total = n
-    cov = m2 / (total - 1).clamp_min(1).unsqueeze(1)
-    cov[total < 2] = 0
-    return total.round().to(torch.int64), mean, cov
+        cross = torch.where(present, self.total * n_b / n.clamp_min(1), torch.zeros_like(n_b))
+        self.mean = self.mean + delta * share.unsqueeze(1)
+        self.m2 = self.m2 + m2_b + (delta[:, self.rows] * delta[:, self.cols]) * cross.unsqueeze(1)
+        self.total = n
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """N_c [C], μ_c [C, d] and the packed cov_c [C, d(d+1)/2] (0 where N_c < 2, undefined)."""
+        cov = self.m2 / (self.total - 1).clamp_min(1).unsqueeze(1)
+        cov[self.total < 2] = 0
+        return self.total.round().to(torch.int64), self.mean, cov
+
+
+def pool_class_statistics(clients: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], num_classes: int,
+                          dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 5–6 over clients given in `class_feature_statistics`' layout (`ClassStatisticsPool` in one call).
+
+    Returns N_c [C], μ_c [C, d] and the packed cov_c [C, d(d+1)/2] (0 where N_c < 2, undefined).
+    """
+    pool = ClassStatisticsPool(num_classes, dim)
+    for counts, means, covs in clients:
+        pool.add(counts, means, covs)
+    return pool.result()
 
 
 def sample_class_features(mean: torch.Tensor, cov: torch.Tensor, num: int, generator: torch.Generator
@@ -262,21 +285,21 @@ class FLFCR(FederatedAlgorithm):
 
     # ----------------------------------------------------------------- server side
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        state = super().aggregate(global_state, updates)
-        if HEAD_WEIGHT not in state or HEAD_BIAS not in state:
-            raise KeyError(f"{self.name}: the model has no linear head ({HEAD_WEIGHT}, {HEAD_BIAS})")
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+        return _CalibrationFold(self, num_samples)
+
+    def _calibrate(self, state: StateDict, pool: ClassStatisticsPool, seed: int) -> StateDict:
+        """Lines 26–36 after the pooling: sample virtual features, retrain the averaged model's head."""
         weight, bias = state[HEAD_WEIGHT], state[HEAD_BIAS]
-        for update in updates:
-            self._reported[update.client_id] = update.payload["counts"].cpu().to(torch.int64)
-        total, pooled_mean, pooled_cov = pool_class_statistics(
-            ((u.payload["counts"], u.payload["means"], u.payload["covs"]) for u in updates),
-            self.num_classes, weight.shape[1])
+        total, pooled_mean, pooled_cov = pool.result()
         sampled = total >= 2
         num = int(self.hp["samples_per_class"])
         epochs = int(self.hp["retrain_epochs"])
         if not bool(sampled.any()) or num == 0 or epochs == 0:
             return state
-        generator = torch.Generator().manual_seed(sum(u.payload["seed"] for u in updates) % 2 ** 63)
+        generator = torch.Generator().manual_seed(seed % 2 ** 63)
         classes = [c for c in range(self.num_classes) if sampled[c]]
         dim = weight.shape[1]
         virtual = torch.cat([sample_class_features(pooled_mean[c], symmetric_unpack(pooled_cov[c], dim), num,
@@ -293,3 +316,35 @@ class FLFCR(FederatedAlgorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._reported = state["reported_counts"].clone()
+
+
+class _CalibrationFold(RoundAggregate):
+    """FedAvg's weighted average, the Eq. 5–6 pool, the reported counts and the seeds' sum, one
+    client at a time; `finish` samples and retrains the head once."""
+
+    def __init__(self, method: FLFCR, num_samples: list[int]) -> None:
+        self.method = method
+        self.average = AverageFold(num_samples)
+        self.pool: ClassStatisticsPool | None = None  # d is known once a client has trained
+        # The counts the server will know after this round: installed in `finish`, because the
+        # round's later clients still take their margins' N_c from what was known before it.
+        self.reported = method._reported.clone()
+        self.seed = 0  # a Python int: the sum is exact and order-free
+
+    def fold(self, update: ClientUpdate) -> None:
+        if self.pool is None:
+            if HEAD_WEIGHT not in update.state or HEAD_BIAS not in update.state:
+                raise KeyError(f"{self.method.name}: the model has no linear head ({HEAD_WEIGHT}, {HEAD_BIAS})")
+            self.pool = ClassStatisticsPool(self.method.num_classes, update.state[HEAD_WEIGHT].shape[1])
+        self.average.fold(update)
+        payload = update.payload
+        self.reported[update.client_id] = payload["counts"].cpu().to(torch.int64)
+        self.pool.add(payload["counts"], payload["means"], payload["covs"])
+        self.seed += payload["seed"]
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        state = self.average.finish(updates)
+        self.method._reported = self.reported
+        if self.pool is None:  # no client took part: nothing to pool
+            return state
+        return self.method._calibrate(state, self.pool, self.seed)

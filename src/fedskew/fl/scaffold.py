@@ -17,6 +17,14 @@ All control variates start at zero (NIID-Bench's random start is a known bug, se
 METHODS.md). c and every client's c_i (stored only for clients that trained once,
 absent = zero) are in `state_dict`, so a resumed run continues bit-identically.
 
+The server step streams (`begin_aggregate`): each participant's model and Δc_i are
+folded into two running sums (the weighted average, and c + Σ Δc_i / N) as soon as it
+has trained, and the engine then drops them, so a round holds one model and one Δc_i at a
+time besides the sums, however many clients take part. The folds take the same sums in
+the same order as the one-shot computation did, so the result is bit-identical to it;
+`aggregate` goes through the same fold. The per-client c_i are the method's state and
+stay.
+
 Choices and deviations:
 - Only trainable parameters have control variates; buffers (BatchNorm statistics) are
   averaged as in FedAvg. A parameter without a gradient in a step gets no correction
@@ -44,7 +52,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict, weighted_average
+from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
 from fedskew.fl.fednova import normalizing_factor
 
 
@@ -130,16 +138,10 @@ class Scaffold(FederatedAlgorithm):
 
     # ----------------------------------------------------------------- server side
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
-        total = float(self.num_clients)
-        new_c = {}
-        for name, c in self._c.items():
-            acc = c.clone()
-            for update in updates:
-                acc.add_(update.payload["delta_c"][name], alpha=1.0 / total)
-            new_c[name] = acc
-        self._c = new_c
-        return out
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+        return _ControlFold(self, num_samples)
 
     # ------------------------------------------------------------- persistent state
     def state_dict(self) -> dict[str, Any]:
@@ -151,3 +153,28 @@ class Scaffold(FederatedAlgorithm):
             raise ValueError(f"{self.name}: unexpected checkpoint state {sorted(unknown)}")
         self._c = dict(state.get("c", {}))
         self._client_c = {int(cid): dict(ci) for cid, ci in state.get("client_c", {}).items()}
+
+
+class _ControlFold(RoundAggregate):
+    """FedAvg's weighted average of the models and c ← c + Σ_i Δc_i / N, one client at a time."""
+
+    def __init__(self, method: Scaffold, num_samples: list[int]) -> None:
+        self.method = method
+        self.average = AverageFold(num_samples)
+        self.step = 1.0 / float(method.num_clients)  # N = all clients, not the round's
+        self.c: StateDict | None = None
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.average.fold(update)
+        if self.c is None:
+            # A copy: the round's later clients still train with the old c. Taken at the first
+            # fold, when begin_local has moved c to the model's device.
+            self.c = {name: c.clone() for name, c in self.method._c.items()}
+        delta = update.payload["delta_c"]
+        for name, acc in self.c.items():
+            acc.add_(delta[name], alpha=self.step)
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        if self.c is not None:
+            self.method._c = self.c  # replaced, not updated in place (a returned state_dict stays a snapshot)
+        return self.average.finish(updates)
