@@ -454,3 +454,12 @@ def test_a_streamed_round_reads_the_client_state_without_copying_it(project, tin
     copied = train_client(algorithm, model, global_state, x, y, client, "r").state
     assert all(copied[k].data_ptr() != v.data_ptr() for k, v in model.state_dict().items())
     assert all(torch.equal(copied[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("method", sorted(name for name, cls in ALGORITHMS.items() if cls.family == "federated"))
+def test_every_federated_method_streams_its_aggregation(method) -> None:
+    """Issue 12: no method holds one state per participant until the end of the round."""
+    from fedskew.fl.base import RoundAggregate, TrainingSettings
+
+    algorithm = ALGORITHMS[method](TrainingSettings(1, 8, 0.05, 0.0, 0.0), 4, 10)
+    assert isinstance(algorithm.begin_aggregate({}, [3, 5]), RoundAggregate)

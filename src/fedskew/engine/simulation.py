@@ -158,11 +158,11 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     """Local training of every participant from the global model, then the method's aggregation.
 
     A method whose aggregation streams (`begin_aggregate`: FedAvg's weighted average,
-    FedOpt, FedNova, FedDyn, FedEXP, SCAFFOLD, FL-FCR) has each client's update folded in as
+    FedOpt, FedNova, FedDyn, FedEXP, SCAFFOLD, FL-FCR, MOON) has each client's update folded in as
     soon as it is trained and its state and payload dropped, so a round holds one model copy
     besides the global state, whatever the number of participants; each fold takes the same
     sums in the same order as the method's `aggregate`, so the result is bit-identical.
-    A method without a fold receives every update.
+    (Every federated method has a fold; one without would receive every update at the end.)
     `after_local(client, model)` sees each client's model right after its local training
     (training.local_diagnostics); it must not change the model.
     With `vectorised=True` every participant trains at once (fedskew.engine.vectorised; the

@@ -45,7 +45,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict, frozen_copy
+from fedskew.fl.base import (
+    AverageFold,
+    ClientContext,
+    ClientUpdate,
+    FederatedAlgorithm,
+    RoundAggregate,
+    StateDict,
+    frozen_copy,
+)
 
 
 def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,
@@ -116,11 +124,10 @@ class MOON(FederatedAlgorithm):
 
     # ----------------------------------------------------------------- server side
     def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        # Each trained client keeps its local model as next time's "previous" model. The
-        # client would store it itself; the simulation keeps it here (it is not uploaded).
-        for update in updates:
-            self._previous_states[update.client_id] = _cpu_copy(update.state)
-        return super().aggregate(global_state, updates)
+        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+
+    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+        return _KeepPreviousFold(self, num_samples)
 
     # ------------------------------------------------------------- persistent state
     def state_dict(self) -> dict[str, Any]:
@@ -134,3 +141,18 @@ class MOON(FederatedAlgorithm):
         super().load_state_dict(state)
         self._initial_state = None if initial is None else _cpu_copy(initial)
         self._previous_states = {int(cid): _cpu_copy(s) for cid, s in previous.items()}
+
+
+class _KeepPreviousFold(AverageFold):
+    """FedAvg's streamed average that also keeps each client's trained model as its next
+    "previous" model. The client would store it itself; the simulation keeps it here (it is
+    not uploaded). Copied at once: the engine reuses the tensors of a folded state."""
+
+    def __init__(self, method: MOON, num_samples: list[int]) -> None:
+        super().__init__(num_samples)
+        self.method = method
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.method._previous_states[update.client_id] = _cpu_copy(update.state)
+        super().fold(update)
+
