@@ -102,20 +102,42 @@ def _end_tracking(live, cfg: RunConfig, status: str, files: list[Path], tags: di
                   "`python -m fedskew track --suite %s`.", cfg.path(paths.RUN_DIR), live.error, cfg.suite)
 
 
+def _start_tracking(cfg: RunConfig):
+    """The live MLflow run of a training job, tracked by a worker process (`fedskew.track_sidecar`)."""
+    if not _tracking_enabled():
+        return None
+    from fedskew.track_sidecar import SidecarRun
+
+    return SidecarRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
+                      params=cfg.to_dict(), tags=_run_tags(cfg),
+                      flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
+
+
+def _tracking_hook(live, cfg: RunConfig):
+    """The engine's per-round hook: each history row to the tracker. Before a round that the
+    engine checkpoints, wait until MLflow shows the run (once): a job killed when it has
+    something to resume then always leaves a visible run, which its retry continues."""
+    if live is None:
+        return None
+    every, last = cfg.training["checkpoint_every"], cfg.training["rounds"]
+
+    def on_round(row: dict) -> None:
+        live.log_round(row)
+        if row["round"] % every == 0 or row["round"] == last:  # run_training's checkpoint rounds
+            live.await_first_round()
+    return on_round
+
+
 def cmd_train(params: Params, args: argparse.Namespace) -> None:
+    cfg = params.run(args.suite, args.dataset, args.partition, args.method, args.seed)
+    # The tracker starts before torch is imported, so MLflow's import and the store's work in
+    # the worker overlap torch's import and the training here.
+    live = _start_tracking(cfg)
     from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
 
-    cfg = params.run(args.suite, args.dataset, args.partition, args.method, args.seed)
-    live = None
-    if _tracking_enabled():
-        from fedskew import track
-
-        live = track.LiveRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}",
-                             run_name=_run_name(cfg), params=cfg.to_dict(), tags=_run_tags(cfg),
-                             flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        result = run_training(cfg, threads=args.threads, on_round=live.log_round if live else None)
+        result = run_training(cfg, threads=args.threads, on_round=_tracking_hook(live, cfg))
     except NonFiniteError as error:
         history = error.history or []
         files = []
@@ -405,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedskew {args.command}: {error}", file=sys.stderr)
         return code
     except (Terminated, KeyboardInterrupt) as stop:
-        print(f"fedskew {args.command}: {stop or 'interrupted'}; a training job keeps its checkpoint, "
+        print(f"fedskew {args.command}: {str(stop) or 'interrupted'}; a training job keeps its checkpoint, "
               "so running it again resumes it", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
     return 0

@@ -120,15 +120,17 @@ def _wait_for_round(project, cfg, uri, at_least: int, job: subprocess.Popen) -> 
 
 
 def test_a_finished_run_was_running_while_it_trained(project, store) -> None:
-    cfg = _configure(project)
+    # KILL_ROUNDS: long enough that round 1 shows up well before the end (with ROUNDS a loaded
+    # machine could see the run only once it had finished)
+    cfg = _configure(project, rounds=KILL_ROUNDS)
     job = _train(project, cfg, store)
     _wait_for_round(project, cfg, store, 1, job)
     (running,) = _runs(store, cfg)
-    assert running.info.status == "RUNNING" or job.poll() == 0  # visible before the end
+    assert running.info.status == "RUNNING"  # visible before the end
     assert job.wait(timeout=300) == 0, job.stderr.read()[-3000:]
     (run,) = _runs(store, cfg)
     assert run.info.run_id == running.info.run_id and run.info.status == "FINISHED"
-    assert _steps(store, run.info.run_id) == Counter(range(1, ROUNDS + 1))
+    assert _steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
     # the tags trace the cell to its exact inputs
     assert run.data.tags["fedskew.partition_hash"] == json.loads(
         (project / cfg.path(paths.PARTITION_JSON)).read_text())["content_hash"]

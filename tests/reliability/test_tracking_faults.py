@@ -143,10 +143,9 @@ def test_a_failing_tracker_never_fails_training_and_track_backfills(project, mon
     monkeypatch.setenv("FEDSKEW_TRACKING", "1")
     params = load_params(project / "params.yaml")
 
-    def broken(uri):
-        raise sqlite3.OperationalError("table _alembic_tmp_endpoints already exists")
-
-    monkeypatch.setattr(track, "ensure_store", broken)
+    # The tracker runs in a worker process, which inherits the environment: give it a store it cannot create.
+    (project / "not-a-folder").write_text("")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{project / 'not-a-folder' / 'mlflow.db'}")
     cmd_train(params, _train_args(params))  # returns normally
     cfg = params.runs(["tiny"])[0]
     assert (project / cfg.path(paths.RUN_METRICS)).exists()

@@ -1,0 +1,237 @@
+"""Live MLflow tracking in a worker process beside the training job (a sidecar).
+
+Importing MLflow and its SQLAlchemy store costs about 2 CPU-seconds per process, and every
+batch of metrics costs SQL work; in the job itself that is wall time added to training.
+`SidecarRun` has the interface of `track.LiveRun` that `fedskew train` uses, but runs a
+`LiveRun(strict=False)` in ``python -m fedskew.track_sidecar``, started before the job
+imports torch: MLflow's import, the store's creation and the batches run on another core
+while the job imports torch and trains, and the job waits for the tracker twice at most:
+
+* before its first checkpoint (`await_first_round`, called by `fedskew train`), until MLflow
+  shows the run with its first round (at most FIRST_ROUND_WAIT_S): a job killed once it has
+  something to resume always leaves a visible run, which its retry continues, as with the
+  in-process LiveRun. A job whose first checkpoint comes later than the worker's start (a
+  second or so after torch's import) does not wait at all;
+* at the end, for the last batch, the artifacts and the final status (at most END_WAIT_S).
+
+Protocol: the job writes one JSON command per line to the worker's stdin: ``start`` (the
+LiveRun arguments), ``rows`` (history rows; NaN and infinity pass, as Python's json allows
+them) and ``end`` (status, artifacts, tags). The worker replies one JSON line,
+``{"run_id": ..., "error": ...}``, on stdout after the first rows and after ``end``. It
+sends a batch after the first rows, then when `flush_every_s` has passed or a full
+batch of MAX_METRICS_PER_BATCH values is waiting (a batch the end would send anyway:
+sent early, it costs the store no extra transaction and shortens the job's wait at the end).
+
+Signals and failures: the worker ignores SIGINT and SIGTERM (Ctrl-C or a preemption reaches
+the whole process group; the job decides the final status and sends ``end KILLED``). When
+its stdin closes without ``end`` (the job was killed with -9) it exits at once, leaving the
+run RUNNING, exactly as a killed in-process job did: the retry continues the same run. A
+worker that cannot start, fails to track, dies, or has not finished END_WAIT_S after the end
+sets `SidecarRun.error`; the job still succeeds and its run files stay the truth (`fedskew
+track` logs them later).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import numbers
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import fedskew
+from fedskew import track
+
+log = logging.getLogger(__name__)
+
+FIRST_ROUND_WAIT_S = 60.0  # a tracker slower than this to show round 1 no longer holds training back
+END_WAIT_S = 300.0  # a tracker that has not finished by then is stopped: the run stays RUNNING, `track` repairs it
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what json cannot write itself: numpy/torch scalars become floats (LiveRun logs
+    every real number), anything else text (LiveRun skips it, as it would have)."""
+    return float(value) if isinstance(value, numbers.Real) else str(value)
+
+
+class SidecarRun:
+    """`track.LiveRun`'s interface for a training job, with the tracking done by a worker process.
+
+    The worker's stdin is non-blocking: a row that does not fit in the pipe (the worker is
+    busy with a batch, stopped, or stuck on the store) waits in memory and goes with the
+    next one, so training never blocks on the tracker, whatever state the worker is in.
+    """
+
+    def __init__(self, *, project_root: Path, experiment: str, run_name: str, params: dict,
+                 tags: dict[str, str], uri: str | None = None, flush_every_s: float = 10.0) -> None:
+        self.start_command = {"command": "start", "project_root": str(Path(project_root).resolve()),
+                              "experiment": experiment, "run_name": run_name, "params": params, "tags": tags,
+                              "uri": uri, "flush_every_s": flush_every_s}
+        self.run_id: str | None = None
+        self.error: str | None = None
+        self._process: subprocess.Popen | None = None
+        self._outbox = bytearray()  # commands the pipe had no room for yet
+        self._first_round_shown = False
+
+    def start(self) -> SidecarRun:
+        # The worker runs the same fedskew as this job, also when this job found it other than via PYTHONPATH.
+        path = [str(Path(fedskew.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+        try:
+            self._process = subprocess.Popen([sys.executable, "-m", "fedskew.track_sidecar"], env=env,
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        except OSError as error:
+            self._fail(f"starting the tracking worker ({sys.executable} -m fedskew.track_sidecar) failed: {error}")
+            return self
+        os.set_blocking(self._process.stdin.fileno(), False)
+        self._send(self.start_command)
+        return self
+
+    def _fail(self, error: str) -> None:
+        self.error = error
+        log.error("TRACKING FAILED for %s (%s); tracking stops for this job, training goes on",
+                  self.start_command["run_name"], error)
+
+    def _send(self, command: dict) -> None:
+        self._outbox += (json.dumps(command, default=_plain) + "\n").encode()
+        try:
+            written = os.write(self._process.stdin.fileno(), self._outbox)
+        except BlockingIOError:
+            return  # the pipe is full: the outbox goes with the next command
+        except BrokenPipeError:
+            self._fail(self._worker_gone())
+            return
+        del self._outbox[:written]
+
+    def log_round(self, row: dict) -> None:
+        if self._process is None or self.error is not None:
+            return
+        self._send({"command": "rows", "rows": [row]})
+
+    def await_first_round(self) -> None:
+        """Wait, once, until the worker has the first round in MLflow (its first reply). The start
+        command and the first row are far smaller than the pipe, so they are in it, not in the outbox."""
+        if self._process is None or self.error is not None or self._first_round_shown:
+            return
+        self._first_round_shown = True
+        ready, _, _ = select.select([self._process.stdout], [], [], FIRST_ROUND_WAIT_S)
+        if not ready:
+            log.warning("MLflow does not show %s after %.0f s; training goes on, and the tracker catches up "
+                        "in the background", self.start_command["run_name"], FIRST_ROUND_WAIT_S)
+            return
+        reply = self._process.stdout.readline()  # unbuffered: reads this line and nothing after it
+        if not reply:
+            self._fail(self._worker_gone())
+            return
+        self._take(reply)
+
+    def _worker_gone(self, when: str = "") -> str:
+        """Why the worker is not there any more (it has exited or is exiting: its pipes are closed)."""
+        code = self._process.wait()
+        status = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return f"the tracking worker (pid {self._process.pid}) {status}{when}; its messages are in this job's log"
+
+    def _take(self, reply: bytes) -> None:
+        answer = json.loads(reply)
+        self.run_id = answer["run_id"] or self.run_id
+        if answer["error"] is not None:
+            self.error = answer["error"]  # the worker has logged it
+
+    def end(self, status: str, artifacts: list[Path] = (), tags: dict[str, str] | None = None) -> None:
+        """Send the final status, artifacts and tags; wait for the worker to record them and exit."""
+        if status not in ("FINISHED", "FAILED", "KILLED"):
+            raise ValueError(f"status must be FINISHED, FAILED or KILLED, not {status!r}")
+        if self._process is None:
+            return
+        if self.error is None:
+            self._send({"command": "end", "status": status, "artifacts": [str(Path(a).resolve()) for a in artifacts],
+                        "tags": tags or {}})
+        # After an error nothing more is sent: the worker sees its stdin close and exits.
+        pending = bytes(self._outbox) if self.error is None else None
+        try:
+            replies, _ = self._process.communicate(pending, timeout=END_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.communicate()
+            self._fail(f"the tracking worker did not finish within {END_WAIT_S:.0f} s and was stopped; "
+                       "the MLflow run stays RUNNING")
+            return
+        if self.error is not None:
+            return
+        lines = replies.splitlines()
+        if self._process.returncode != 0 or not lines:
+            self._fail(self._worker_gone(" before it recorded the end"))
+            return
+        self._take(lines[-1])
+
+
+class _Worker:
+    """The worker's side: one LiveRun, fed by the commands on stdin."""
+
+    def __init__(self, replies: Any) -> None:
+        self.replies = replies
+        self.live: track.LiveRun | None = None
+        self.waiting = 0  # metric values received since the last batch
+        self.last_batch: float | None = None
+
+    def reply(self) -> None:
+        try:
+            self.replies.write(json.dumps({"run_id": self.live.run_id, "error": self.live.error}) + "\n")
+            self.replies.flush()
+        except BrokenPipeError:  # the job was killed: leave the run as a killed job leaves it
+            os._exit(0)
+
+    def start(self, command: dict) -> None:
+        self.live = track.LiveRun(project_root=Path(command["project_root"]), experiment=command["experiment"],
+                                  run_name=command["run_name"], params=command["params"], tags=command["tags"],
+                                  uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"])
+        self.live.start()
+
+    def rows(self, command: dict) -> None:
+        self.live.add_rows(command["rows"])
+        self.waiting += sum(len(row) - 1 for row in command["rows"])  # all but "round": an upper bound
+        first = self.last_batch is None
+        if (first or self.waiting >= track.MAX_METRICS_PER_BATCH
+                or time.monotonic() - self.last_batch >= self.live.flush_every_s):
+            self.live.flush()
+            self.waiting, self.last_batch = 0, time.monotonic()
+        if first:
+            self.reply()
+
+    def end(self, command: dict) -> None:
+        self.live.end(command["status"], [Path(a) for a in command["artifacts"]], command["tags"])
+        self.reply()
+
+
+def main() -> None:
+    # Ctrl-C and a preemption's SIGTERM reach the whole process group; the job decides the ending.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Replies get a private copy of stdout; what a library prints (MLflow prints a run's URL
+    # when it ends on a tracking server) goes to stderr, the job's log.
+    replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    worker = _Worker(replies)
+    handlers = {"start": worker.start, "rows": worker.rows, "end": worker.end}
+    for line in sys.stdin.buffer:  # EOF without "end": the job was killed; leave the run RUNNING
+        if not line.endswith(b"\n"):
+            break  # the job was killed while writing this command
+        command = json.loads(line)
+        handlers[command["command"]](command)
+        if command["command"] == "end":
+            break
+    # Everything is committed and flushed; tearing down an interpreter with MLflow loaded
+    # takes 0.5-1 s that the job would wait for.
+    logging.shutdown()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
