@@ -137,7 +137,10 @@ def test_a_worker_that_cannot_reach_its_store_fails_tracking_not_training(tmp_pa
 # --- whole training jobs ---------------------------------------------------------------------------
 
 # `python -m fedskew`, noting whether torch was imported already when the tracker was started
-_MAIN = """import sys
+# SIGINT is reset to Python's handler: a shell starts background jobs (a suite run with `&`) with
+# SIGINT ignored, and an ignored SIGINT is inherited, so Ctrl-C would otherwise not reach the job.
+_MAIN = """import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import fedskew.track_sidecar as sidecar
 start = sidecar.SidecarRun.start
 def noting_start(self):
