@@ -298,6 +298,9 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         vectorise, why = choose_execution(training.get("execution", "sequential"), algorithm, model,
                                           augment is not None, device, parallelism)
         log.info("run %s: %s", cfg.run_id, why)
+    elif training.get("execution", "sequential") != "sequential":
+        log.info("run %s: %s is a split method, whose rounds run their own loop; training.execution does not apply",
+                 cfg.run_id, cfg.method)
 
     checkpoint_dir = root / cfg.path(paths.CHECKPOINT_DIR)
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
