@@ -117,18 +117,35 @@ def nonfinite_loss(run_id: str, client: ClientContext, mean_loss: float, steps: 
                           f"client {client.client_id}; {_nonfinite_advice(empty)}")
 
 
+def state_slots(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The model's state tensors by state-dict key, looked up once for a round's clients.
+
+    Loading the global state by copying into them is what `load_state_dict` does, without its
+    per-call module traversal and checks (70 µs of a logistic regression's 115 µs of per-client
+    cost): valid while the model keeps its tensors, which loading in place never replaces.
+    """
+    return list(model.state_dict(keep_vars=True).items())
+
+
 def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
                  x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str,
-                 augment: Augment | None = None, copy_state: bool = True) -> ClientUpdate:
+                 augment: Augment | None = None, copy_state: bool = True,
+                 slots: list[tuple[str, torch.Tensor]] | None = None) -> ClientUpdate:
     """Local training of one client from the global model; returns its update.
 
     `augment(x_batch, generator)` (training.augmentation) transforms each training batch,
     drawing from the client's own generator. With ``copy_state=False`` the update's state
     holds the model's own tensors, valid only until the model is trained again: for a
-    caller that folds it into an average at once.
+    caller that folds it into an average at once. `slots` (`state_slots(model)`) saves
+    looking the model's tensors up for every client.
     """
     settings = algorithm.settings
-    model.load_state_dict(global_state)
+    if slots is None:
+        model.load_state_dict(global_state)
+    else:
+        with torch.no_grad():
+            for key, tensor in slots:
+                tensor.copy_(global_state[key])
     model.train()
     optimizer = algorithm.make_optimizer(model)
     algorithm.begin_local(model, global_state, client)
@@ -145,7 +162,7 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
     if not math.isfinite(mean_loss):
         raise nonfinite_loss(run_id, client, mean_loss, steps)
     state = {key: value.detach().clone() if copy_state else value.detach()
-             for key, value in model.state_dict().items()}
+             for key, value in (slots if slots is not None else model.state_dict().items())}
     return ClientUpdate(client.client_id, n, state, steps, mean_loss,
                         algorithm.client_payload(model, client, steps))
 
@@ -174,6 +191,7 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     # order clients train in. A model without such layers draws nothing there, and skipping the call
     # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
     seed_per_client = draws_from_global_rng(model)
+    slots = state_slots(model)
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     trained = (train_clients_vectorised(algorithm, model, global_state, clients, x, y,
                                         lambda client, loss, steps: nonfinite_loss(run_id, client, loss, steps))
@@ -190,7 +208,7 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
                 torch.manual_seed(client.seed)
             # a fold reads the client's state once, right away: no copy of it is needed
             update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
-                                  copy_state=stream is None)
+                                  copy_state=stream is None, slots=slots)
         if after_local is not None:
             after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
