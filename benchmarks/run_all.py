@@ -12,7 +12,7 @@ prints its own comparison, timed interleaved inside that process:
 - fixed:      a training job's fixed cost: wall time minus its training loop (fixed_cost.py)
 - grid:       FedLC Table 4 at full scale through Snakemake (table4_grid.py)
 
-    PYTHONPATH=src .venv/bin/python benchmarks/run_all.py            # everything, about 30 min on 2 cores
+    PYTHONPATH=src .venv/bin/python benchmarks/run_all.py            # everything, about 21 min on 2 cores
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --quick    # reduced sizes, a few minutes
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --only synthetic grid
 """
