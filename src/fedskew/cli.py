@@ -159,7 +159,8 @@ def cmd_train(params: Params, args: argparse.Namespace) -> None:
         signal.signal(signal.SIGTERM, previous)
     files = write_run_files(cfg, result.history, result.final)
     _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
-                                                "fedskew.threads": str(args.threads or cfg.training["threads"])})
+                                                "fedskew.threads": str(args.threads or cfg.training["threads"]),
+                                                "fedskew.execution": result.execution})
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
     # what benchmarks/fixed_cost.py reads: the job's wall time minus this is its fixed cost
     log.info("timing: %d rounds in %.3f s", len(result.history) - result.resumed_from, result.loop_seconds)

@@ -193,6 +193,7 @@ def test_run_training_logs_the_path_and_agrees(project, tiny_params, caplog) -> 
         ids[execution] = cfg.run_id
         results[execution] = run_training(cfg, root=project)
         assert f"training.execution is {execution}" in caplog.text
+        assert results[execution].execution == execution  # recorded with the run (MLflow tag fedskew.execution)
     assert ids["sequential"] == method_config(tiny_params, "fedlc").run_id  # older runs keep their ids
     assert ids["vectorised"] != ids["sequential"]
     seq, vec = results["sequential"].history, results["vectorised"].history

@@ -68,6 +68,7 @@ class RunResult:
     final: dict[str, Any]
     resumed_from: int
     loop_seconds: float = 0.0  # wall time of the rounds run in this process (the rest of a job is fixed cost)
+    execution: str = "sequential"  # how this process trained the clients (training.execution, resolved)
 
 
 def tensor_bytes(obj: Any) -> int:
@@ -401,7 +402,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     final = summarise(history)
     if view is not None:  # the cut used, also when params.yaml left it to the model's default
         final["split_point"] = view.point
-    return RunResult(history, final, start - 1, loop_seconds)
+    return RunResult(history, final, start - 1, loop_seconds, "vectorised" if vectorise else "sequential")
 
 
 def summarise(history: list[dict[str, Any]]) -> dict[str, Any]:
