@@ -188,7 +188,9 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
                   for name in names]
     else:
         params = [torch.stack([starts[i][j] for i in order]) for j in range(len(names))]
-    start = [p.clone() for p in params]
+    # each client's starting point, for a method whose gradients depend on it (FedProx's anchor)
+    needs_start = type(algorithm).vectorised_after_backward is not FederatedAlgorithm.vectorised_after_backward
+    start = [p.clone() for p in params] if needs_start else []
     counts = torch.stack([clients[i].label_counts for i in order])
     momentum = [torch.zeros_like(p) for p in params] if settings.momentum != 0 else [None] * len(params)
     loss_sum = torch.zeros(len(clients), device=x.device)
@@ -212,7 +214,8 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
         features, logits = batched_forward(live, inputs)
         losses = batched_loss(logits, features, labels[:active, step], counts[:active], inputs)
         grads = list(torch.autograd.grad(losses.sum(), live, allow_unused=True))
-        algorithm.vectorised_after_backward(live, grads, [s[:active] for s in start])
+        if needs_start:
+            algorithm.vectorised_after_backward(live, grads, [s[:active] for s in start])
         sgd_update([p[:active] for p in params], grads, [m[:active] if m is not None else None for m in momentum],
                    lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
         loss_sum[:active] += losses.detach()
