@@ -16,9 +16,12 @@ import torch
 from torch import nn
 
 from fedskew.algorithms import ALGORITHMS
+from fedskew.engine import vectorised
 from fedskew.engine.simulation import NonFiniteError, federated_round, run_training
-from fedskew.engine.vectorised import choose_execution, round_parallelism, vectorisation_blocker
+from fedskew.engine.vectorised import (_dense_forward, _has_batched_loss, choose_execution, round_parallelism,
+                                       vectorisation_blocker)
 from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings
+from fedskew.fl.losses import IGNORE_INDEX
 from fedskew.models import build_model
 from fedskew.models.net import SplittableNet
 from tests.conftest import method_config, single_setting
@@ -106,6 +109,17 @@ def test_padding_is_invisible_equal_and_uneven_sizes() -> None:
                 torch.testing.assert_close(v.global_state[key], value, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("gather_bytes", [1, 3 * 6 * 8 * 64 * 4])  # a step at a time; 3 steps at a time
+def test_inputs_gathered_in_blocks_give_the_same_round(monkeypatch, gather_bytes: int) -> None:
+    """The inputs of many steps are gathered at once, at most GATHER_BYTES at a time: any block size
+    trains the same minibatches."""
+    whole = _rounds("fedlc", "mlp", True, rounds=2)
+    monkeypatch.setattr(vectorised, "GATHER_BYTES", gather_bytes)
+    for a, b in zip(whole, _rounds("fedlc", "mlp", True, rounds=2)):
+        for key, value in a.global_state.items():
+            torch.testing.assert_close(b.global_state[key], value, rtol=0, atol=0, msg=key)
+
+
 @pytest.mark.parametrize("method", SEQUENTIAL_ONLY)
 def test_methods_without_a_vectorised_form_are_named(method: str) -> None:
     algorithm = ALGORITHMS[method](_settings(), 4, NUM_CLASSES)
@@ -146,10 +160,11 @@ def test_auto_vectorises_dense_models_on_cpu_when_it_pays_and_everything_on_gpu(
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     logreg, cnn = build_model("logreg", DIGITS_INFO), build_model("cnn", DIGITS_INFO)
     assert choose_execution("auto", algorithm, logreg, False, cpu, parallelism=13.6)[0]
-    vectorise, why = choose_execution("auto", algorithm, logreg, False, cpu, parallelism=2.5)
-    assert not vectorise and "2.5" in why
+    assert choose_execution("auto", algorithm, logreg, False, cpu, parallelism=2.5)[0]
+    vectorise, why = choose_execution("auto", algorithm, logreg, False, cpu, parallelism=1.5)
+    assert not vectorise and "1.5" in why
     assert not choose_execution("auto", algorithm, cnn, False, cpu, parallelism=50)[0]
-    assert choose_execution("auto", algorithm, cnn, False, cuda, parallelism=2.5)[0]
+    assert choose_execution("auto", algorithm, cnn, False, cuda, parallelism=1.5)[0]
     assert choose_execution("vectorised", algorithm, cnn, False, cpu, parallelism=1.0)[0]
     assert not choose_execution("sequential", algorithm, logreg, False, cpu)[0]
     with pytest.raises(ValueError, match="training.execution"):
@@ -162,6 +177,101 @@ def test_round_parallelism_by_hand() -> None:
     schedule = [[0, 1], [1, 2, 3], [0]]
     expected = ((2 + 6) / 6 + (6 + 8 + 0) / 8 + 2 / 2) / 3
     assert round_parallelism(schedule, sizes, epochs=2, batch_size=10) == pytest.approx(expected)
+
+
+# Methods with a per-row `batched_local_loss`, and the readings of a missing class that change it.
+BATCHED_LOSSES = [("fedavg", {}), ("fedprox", {}), ("fedrs", {}), ("fedrs_soft", {}), ("fedlogit", {}),
+                  ("fedlogit", {"missing_classes": "floor"}), ("fedlogit", {"missing_classes": "global"}),
+                  ("fedlc", {}), ("fedlc", {"missing_classes": "floor"}), ("fedlc", {"missing_classes": "global"}),
+                  ("fedlc", {"tau": 0.1}), ("fedlc_fedprox", {})]
+
+
+@pytest.mark.parametrize("method, hyperparameters", BATCHED_LOSSES)
+def test_batched_local_loss_is_local_loss_row_by_row(method: str, hyperparameters: dict) -> None:
+    """Each client's rows of `batched_local_loss`, averaged over its real rows, equal `local_loss` on
+    those rows alone, for clients with missing classes and padded (ignored) rows."""
+    g = torch.Generator().manual_seed(3)
+    clients, batch = 4, 6
+    counts = torch.tensor([[5, 0, 0, 1, 0, 0, 0, 0, 0, 0], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
+                           [0, 0, 0, 0, 0, 0, 0, 0, 9, 0], [0, 3, 0, 7, 0, 1, 0, 0, 0, 4]])
+    algorithm = ALGORITHMS[method](_settings(), clients, NUM_CLASSES, **hyperparameters)
+    algorithm.set_label_counts(counts)
+    assert _has_batched_loss(algorithm)
+    logits = torch.randn(clients, batch, NUM_CLASSES, generator=g) * 3
+    features = torch.randn(clients, batch, 5, generator=g)
+    labels = torch.stack([torch.multinomial(c.float(), batch, replacement=True, generator=g) for c in counts])
+    real_rows = [6, 1, 4, 6]  # the rest of each batch is padding
+    for client, n in enumerate(real_rows):
+        labels[client, n:] = IGNORE_INDEX
+    rows = algorithm.batched_local_loss(logits, features, labels, counts)
+    assert rows.shape == (clients, batch)
+    for client, n in enumerate(real_rows):
+        context = ClientContext(client, 1, torch.arange(n), counts[client], torch.Generator(), 0)
+        expected = algorithm.local_loss(logits[client, :n], features[client, :n], labels[client, :n], context)
+        torch.testing.assert_close(rows[client, :n].mean(), expected, rtol=1e-6, atol=1e-6)
+        assert torch.all(rows[client, n:] == 0)  # a padded row adds nothing
+
+
+def _dense(model_name: str) -> nn.Module:
+    if model_name == "custom":  # every kind of layer the dense forward accepts, a bias-free layer too
+        stages = OrderedDict(flat=nn.Flatten(), fc1=nn.Linear(64, 12, bias=False), act1=nn.Tanh(),
+                             block=nn.Sequential(nn.Linear(12, 7), nn.GELU(), nn.Identity()), act2=nn.LeakyReLU())
+        return SplittableNet(stages, 7, NUM_CLASSES, ("act1",))
+    return build_model(model_name, DIGITS_INFO)
+
+
+@pytest.mark.parametrize("model_name", ["logreg", "mlp", "fed_dnn", "custom"])
+def test_dense_forward_is_each_clients_model(model_name: str) -> None:
+    """The batched-matrix-product forward gives each client's features and logits under its own parameters."""
+    torch.manual_seed(0)
+    model = _dense(model_name)
+    names = [name for name, _ in model.named_parameters()]
+    forward = _dense_forward(model, names)
+    assert forward is not None
+    clients = 3
+    params = [p.detach() + 0.1 * torch.randn(clients, *p.shape) for p in model.parameters()]
+    inputs = torch.randn(clients, 5, 1, 8, 8)
+    features, logits = forward(params, inputs)
+    for client in range(clients):
+        own = dict(zip(names, (p[client] for p in params)))
+        expected_features = torch.func.functional_call(model.body, {k[5:]: v for k, v in own.items()
+                                                                    if k.startswith("body.")}, (inputs[client],))
+        torch.testing.assert_close(features[client], expected_features, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(logits[client], torch.func.functional_call(model, own, (inputs[client],)),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_models_with_other_layers_take_the_vmap_forward() -> None:
+    cnn = build_model("cnn", DIGITS_INFO)
+    assert _dense_forward(cnn, [name for name, _ in cnn.named_parameters()]) is None
+    reshaped = SplittableNet(OrderedDict(flat=nn.Flatten(), fc=nn.Linear(64, 8), shape=nn.Unflatten(1, (8, 1)),
+                                         again=nn.Flatten()), 8, NUM_CLASSES, ("flat",))
+    assert _dense_forward(reshaped, [name for name, _ in reshaped.named_parameters()]) is None
+
+
+def test_a_vectorisable_loss_without_a_batched_form_runs_under_vmap() -> None:
+    """A method that declares its own local_loss vectorisable but has no batched_local_loss of its own
+    (the one it inherits belongs to another loss) trains with its local_loss under vmap, and agrees."""
+
+    class DoubledFedLC(ALGORITHMS["fedlc"]):
+        name = "doubled_fedlc"
+        vectorised_hooks = ("local_loss",)
+
+        def local_loss(self, logits, features, y, client, x=None):
+            return 2 * super().local_loss(logits, features, y, client, x)
+
+    ALGORITHMS["doubled_fedlc"] = DoubledFedLC
+    try:
+        assert not _has_batched_loss(DoubledFedLC(_settings(), 6, NUM_CLASSES))
+        sequential = _rounds("doubled_fedlc", "mlp", vectorised=False, rounds=2)
+        vectorised = _rounds("doubled_fedlc", "mlp", vectorised=True, rounds=2)
+    finally:
+        del ALGORITHMS["doubled_fedlc"]
+    for seq, vec in zip(sequential, vectorised):
+        for client_id, loss in seq.client_losses.items():
+            assert vec.client_losses[client_id] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+        for key, value in seq.global_state.items():
+            torch.testing.assert_close(vec.global_state[key], value, rtol=1e-5, atol=1e-6, msg=key)
 
 
 def test_vectorised_cnn_agrees_with_sequential() -> None:

@@ -192,13 +192,15 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     # order clients train in. A model without such layers draws nothing there, and skipping the call
     # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
     seed_per_client = draws_from_global_rng(model)
-    slots = state_slots(model)
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
-    trained = (train_clients_vectorised(algorithm, model, global_state, clients, x, y,
-                                        lambda client, loss, steps: nonfinite_loss(run_id, client, loss, steps))
-               if vectorised else None)
+    global_bytes = tensor_bytes(global_state)  # what each participant downloads
+    if vectorised:
+        trained = train_clients_vectorised(algorithm, model, global_state, clients, x, y,
+                                           lambda client, loss, steps: nonfinite_loss(run_id, client, loss, steps))
+    else:
+        trained, slots = None, state_slots(model)
     for position, client in enumerate(clients):
-        traffic["down_weights"] += tensor_bytes(global_state)
+        traffic["down_weights"] += global_bytes
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
         if trained is not None:
             update, trained[position] = trained[position], None

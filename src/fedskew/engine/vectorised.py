@@ -2,17 +2,25 @@
 
 The sequential path (`simulation.train_client`) trains one client after another on one
 model. Here every participant's parameters are stacked along a leading client dimension
-and all clients take their t-th SGD step together: one `vmap`-ed forward
-(`torch.func.functional_call` per client), the method's loss `vmap`-ed over clients, one
-backward for all, one SGD update of the stacked tensors (`fedskew.sgd.sgd_update`).
+and all clients take their t-th SGD step together: one batched forward, the method's loss
+for all clients, one backward, one SGD update of the stacked tensors (`fedskew.sgd.sgd_update`).
+
+- The forward of a dense model (Linear layers, elementwise activations, Flatten: logistic
+  regression and MLPs) is a chain of batched matrix products (`_dense_forward`); any other
+  model runs its own forward per client under `torch.func.vmap` with `functional_call`.
+- The loss is the method's per-row `batched_local_loss`, each client's rows averaged over
+  its real rows; a method without one of its own runs its `local_loss` under `vmap`.
+  On a CPU, vmap's per-op dispatch cost several sequential steps of a small model; the
+  batched forms cut a 10-client step of logistic regression from 1.3 ms to about 0.3 ms.
 
 Same minibatches as the sequential path: each client draws its permutation for every
 epoch from its own generator, in the same order, and cuts it into the same batches.
 Clients hold different numbers of samples, so batches are padded to the batch size:
-padded rows carry the label -100, which `F.cross_entropy` ignores, so a client's loss is
-the mean over its real rows exactly as in the sequential path. Clients are sorted by their
-number of steps (most first); at step t only the clients with more than t steps take part,
-a prefix of the stack, so a finished client is neither computed nor updated.
+padded rows carry the label -100, which `F.cross_entropy` ignores, and weight 0, so a
+client's loss is the mean over its real rows exactly as in the sequential path. Clients
+are sorted by their number of steps (most first); at step t only the clients with more
+than t steps take part, a prefix of the stack, so a finished client is neither computed
+nor updated.
 
 The two paths compute the same function with differently batched kernels, so results
 agree to float round-off, not bit for bit (tested for every method that vectorises).
@@ -39,17 +47,19 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
+from fedskew.fl.losses import IGNORE_INDEX
 from fedskew.sgd import sgd_update
 
 EXECUTIONS = ("auto", "sequential", "vectorised")
-IGNORE = -100  # F.cross_entropy's default ignore_index: the label of a padded row
 
 # The hooks local training calls; a method that overrides one must declare it vectorisable.
 # (begin_local is not listed: the vectorised path runs it per client, as the sequential path does.)
-# auto on a CPU: a batched step of a dense model cost about 3-4 sequential client steps on the
-# 2-core development machine (benchmarks/synthetic_round.py: vectorised/sequential 1.5 at
-# parallelism 2.5, 0.5 at 13.6), so vectorising pays from about 4.
-AUTO_MIN_PARALLELISM = 4.0
+# auto on a CPU: a batched step of a dense model costs about 1.2 sequential client steps of
+# logistic regression on the 2-core development machine (benchmarks/synthetic_round.py,
+# Synthetic(1,1): vectorised ÷ sequential 0.98 at parallelism 1.6, 0.70 at 2.3, 0.55 at 3.2,
+# 0.48 at 4.1), so vectorising pays from about 2.
+AUTO_MIN_PARALLELISM = 2.0
+GATHER_BYTES = 64 * 2**20  # the most input data gathered ahead of the steps that train on it
 LOCAL_HOOKS = ("make_optimizer", "local_step", "local_loss", "after_backward", "client_payload")
 
 
@@ -119,6 +129,126 @@ def choose_execution(setting: str, algorithm: FederatedAlgorithm, model: nn.Modu
     return True, f"training.execution is {setting}: the round's clients train at once"
 
 
+# Layers a dense model may hold besides nn.Linear: they act elementwise, so any layout suits them.
+_ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Identity)
+_Forward = Callable[[list[torch.Tensor], torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _dense_steps(module: nn.Module, prefix: str, position: dict[str, int]) -> list | None:
+    """`module` as a chain of steps, or None if it holds a layer other than Linear, Flatten or elementwise.
+
+    A step is a linear layer's (weight, bias) indices into the parameter list (bias None
+    without one) or an elementwise module. Flatten is no step: inputs are flattened first.
+    """
+    if isinstance(module, nn.Sequential):
+        steps: list = []
+        for name, child in module.named_children():
+            inner = _dense_steps(child, f"{prefix}.{name}", position)
+            if inner is None:
+                return None
+            steps += inner
+        return steps
+    if isinstance(module, nn.Linear):
+        return [(position[f"{prefix}.weight"], position.get(f"{prefix}.bias"))]
+    if isinstance(module, nn.Flatten) and module.start_dim == 1 and module.end_dim == -1:
+        return []
+    if isinstance(module, _ELEMENTWISE):
+        return [module]
+    return None
+
+
+def _dense_forward(model: nn.Module, names: list[str]) -> _Forward | None:
+    """The forward of a dense model (logistic regression, MLPs) as batched matrix products, or None.
+
+    Why not `vmap`: on a CPU, vmap's per-op dispatch costs several sequential client steps
+    of a small model. Here activations are kept transposed, [C, features, B], so every layer
+    is one `baddbmm(b, W, h)` with W [C, out, in], the orientation in which a CPU's batched
+    GEMM is fastest for a narrow output (measured on the 2-core machine: 43 µs against
+    100–150 µs for [C, B, in] @ [C, in, out] at 10 × 128 × 60 → 10).
+    """
+    position = {name: i for i, name in enumerate(names)}
+    body = _dense_steps(model.body, "body", position)
+    head = _dense_steps(model.head, "head", position) if body is not None else None
+    if body is None or head is None:
+        return None
+
+    def run(steps: list, params: list[torch.Tensor], h: torch.Tensor) -> torch.Tensor:
+        for step in steps:
+            if isinstance(step, nn.Module):
+                h = step(h)
+            elif step[1] is None:
+                h = torch.bmm(params[step[0]], h)
+            else:
+                h = torch.baddbmm(params[step[1]].unsqueeze(2), params[step[0]], h)
+        return h
+
+    def forward(params: list[torch.Tensor], inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = run(body, params, inputs.reshape(inputs.shape[0], inputs.shape[1], -1).transpose(1, 2))
+        return features.transpose(1, 2), run(head, params, features).transpose(1, 2)
+
+    return forward
+
+
+def _vmapped_forward(model: nn.Module, names: list[str]) -> _Forward:
+    """Any other model: its own forward per client under `vmap`, with `functional_call`."""
+    body_and_head = _BodyAndHead(model)
+    buffers = dict(model.named_buffers())
+
+    def forward(client_params: list[torch.Tensor], inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return functional_call(body_and_head, (dict(zip(names, client_params)), buffers), (inputs,))
+
+    return vmap(forward)
+
+
+def _defining_class(klass: type, attribute: str) -> type:
+    return next(base for base in klass.__mro__ if attribute in vars(base))
+
+
+def _has_batched_loss(algorithm: FederatedAlgorithm) -> bool:
+    """Whether the method's `batched_local_loss` is that of its `local_loss` (not one a subclass overrode)."""
+    klass = type(algorithm)
+    return issubclass(_defining_class(klass, "batched_local_loss"), _defining_class(klass, "local_loss"))
+
+
+# (logits, features, labels, label_counts, row weights) -> (the objective to differentiate, each client's loss)
+_Objective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+                      tuple[torch.Tensor, torch.Tensor]]
+
+
+def _batched_objective(algorithm: FederatedAlgorithm) -> _Objective:
+    """Each client's mean loss from the method's per-row `batched_local_loss`.
+
+    `weights` is 1 / (the client's real rows in this batch) on real rows and 0 on padded
+    ones, so a client's weighted sum is its mean loss, as F.cross_entropy's mean over one
+    client's batch; the sum over clients is differentiated (each client's parameters
+    receive only their own rows' gradients).
+    """
+
+    def objective(logits: torch.Tensor, features: torch.Tensor, labels: torch.Tensor, label_counts: torch.Tensor,
+                  weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weighted = algorithm.batched_local_loss(logits, features, labels, label_counts) * weights
+        return weighted.sum(), weighted.detach().sum(dim=1)
+
+    return objective
+
+
+def _vmapped_objective(algorithm: FederatedAlgorithm) -> _Objective:
+    """A method's `local_loss` per client under `vmap`, for a method without a `batched_local_loss` of its own."""
+
+    def loss(logits: torch.Tensor, features: torch.Tensor, labels: torch.Tensor,
+             label_counts: torch.Tensor) -> torch.Tensor:
+        return algorithm.local_loss(logits, features, labels, BatchedClient(label_counts))
+
+    per_client = vmap(loss)
+
+    def objective(logits: torch.Tensor, features: torch.Tensor, labels: torch.Tensor, label_counts: torch.Tensor,
+                  weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        means = per_client(logits, features, labels, label_counts)
+        return means.sum(), means.detach()
+
+    return objective
+
+
 class _BodyAndHead(nn.Module):
     """The model's forward returning the features too (a method's loss may use them); same parameter names."""
 
@@ -131,18 +261,17 @@ class _BodyAndHead(nn.Module):
         return features, self.head(features)
 
 
-def _client_batches(client: ClientContext, epochs: int, batch_size: int) -> torch.Tensor:
-    """[steps, batch_size] sample indices of the client's minibatches, padded with -1.
+def _fill_client_batches(row: torch.Tensor, client: ClientContext, epochs: int, batch_size: int) -> None:
+    """Write the client's minibatch indices into `row` (its steps' batches back to back, each of `batch_size`).
 
     The same permutations, drawn from the client's generator in the same order, and the
-    same batches as `simulation.train_client`.
+    same batches as `simulation.train_client`; an epoch's last batch is padded (the row
+    was filled with -1).
     """
     n = client.num_samples
-    per_epoch = math.ceil(n / batch_size)
-    padded = torch.full((epochs, per_epoch * batch_size), -1, dtype=torch.int64)
+    per_epoch = math.ceil(n / batch_size) * batch_size
     for epoch in range(epochs):
-        padded[epoch, :n] = client.indices[torch.randperm(n, generator=client.generator)]
-    return padded.view(epochs * per_epoch, batch_size)
+        row[epoch * per_epoch:epoch * per_epoch + n] = client.indices[torch.randperm(n, generator=client.generator)]
 
 
 def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, global_state: StateDict,
@@ -154,15 +283,14 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
     (the engine's message, naming run, round and client).
     """
     settings = algorithm.settings
+    batch_size = settings.batch_size
     names = [name for name, _ in model.named_parameters()]
-    keys = list(model.state_dict())
-    buffers = dict(model.named_buffers())
+    # what the model holds besides parameters (buffers) stays the global model's
+    kept = {key: value.detach().clone() for key, value in global_state.items() if key not in names}
 
     # begin_local per client on the real model, as the sequential path runs it; what it
     # leaves in the model is the client's starting point (FedEXP starts from its iterate).
     # Without a begin_local of its own, every client starts from the global model.
-    model.load_state_dict(global_state)
-    kept = {key: value.detach().clone() for key, value in model.state_dict().items() if key not in names}
     if type(algorithm).begin_local is FederatedAlgorithm.begin_local:
         starts = None
     else:
@@ -171,18 +299,24 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
             model.load_state_dict(global_state)
             algorithm.begin_local(model, global_state, client)
             starts.append([p.detach().clone() for p in model.parameters()])
-    batches = [_client_batches(c, settings.local_epochs, settings.batch_size) for c in clients]
-    steps = [len(b) for b in batches]
+    steps = [settings.local_epochs * math.ceil(c.num_samples / batch_size) for c in clients]
     # most steps first: at step t the clients still training are a prefix of the stack
     order = sorted(range(len(clients)), key=lambda i: -steps[i])
     sorted_steps = [steps[i] for i in order]
     max_steps = sorted_steps[0] if sorted_steps else 0
-    index = torch.full((len(clients), max_steps, settings.batch_size), -1, dtype=torch.int64)
+    by_client = torch.full((len(clients), max_steps * batch_size), -1, dtype=torch.int64)
     for row, i in enumerate(order):
-        index[row, :steps[i]] = batches[i]
-    index = index.to(x.device)
-    rows = index.clamp_min(0)
-    labels = torch.where(index >= 0, y[rows], IGNORE)  # a padded row's label is ignored by the loss
+        _fill_client_batches(by_client[row], clients[i], settings.local_epochs, batch_size)
+    # The batches every step trains, step after step: at step t, the batches of the clients
+    # still training (a prefix of the stack), [sum over steps of the active clients, batch].
+    active_at = [sum(1 for s in sorted_steps if s > step) for step in range(max_steps)]
+    training = torch.arange(len(clients)).unsqueeze(0) < torch.tensor(active_at, dtype=torch.int64).unsqueeze(1)
+    batches = by_client.view(len(clients), max_steps, batch_size).transpose(0, 1)[training].to(x.device)
+    real = batches >= 0
+    rows = batches.clamp_min(0)
+    labels_all = y.index_select(0, rows.view(-1)).view_as(batches).masked_fill_(~real, IGNORE_INDEX)  # ignored
+    weights_all = real.to(x.dtype)
+    weights_all /= weights_all.sum(dim=1, keepdim=True)  # 1 / the client's real rows in that batch
     if starts is None:
         params = [global_state[name].detach().expand(len(clients), *global_state[name].shape).clone()
                   for name in names]
@@ -195,31 +329,38 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
     momentum = [torch.zeros_like(p) for p in params] if settings.momentum != 0 else [None] * len(params)
     loss_sum = torch.zeros(len(clients), device=x.device)
 
-    body_and_head = _BodyAndHead(model)
-
-    def forward(client_params: list[torch.Tensor], inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return functional_call(body_and_head, (dict(zip(names, client_params)), buffers), (inputs,))
-
-    def loss(logits: torch.Tensor, features: torch.Tensor, labels: torch.Tensor, label_counts: torch.Tensor,
-             inputs: torch.Tensor) -> torch.Tensor:
-        return algorithm.local_loss(logits, features, labels, BatchedClient(label_counts), x=inputs)
-
-    batched_forward, batched_loss = vmap(forward), vmap(loss)
-    active = len(clients)
+    batched_forward = _dense_forward(model, names) or _vmapped_forward(model, names)
+    objective = _batched_objective(algorithm) if _has_batched_loss(algorithm) else _vmapped_objective(algorithm)
+    # the inputs of many steps are gathered at once (one indexing op instead of one per step), a block
+    # of at most GATHER_BYTES at a time
+    steps_per_block = max(1, GATHER_BYTES // max(1, len(clients) * batch_size * x[:1].nbytes))
+    active, first = -1, 0
     for step in range(max_steps):
-        while sorted_steps[active - 1] <= step:  # clients whose local training is over
-            active -= 1
-        inputs = x[rows[:active, step]]
-        live = [p[:active].detach().requires_grad_(True) for p in params]
+        if step % steps_per_block == 0:
+            block_first = first
+            block_rows = sum(active_at[step:step + steps_per_block])
+            block = x.index_select(0, rows[first:first + block_rows].view(-1))
+        if active_at[step] != active:  # some clients' local training is over: views of the rest
+            active = active_at[step]
+            params_now = [p[:active] for p in params]
+            momentum_now = [m[:active] if m is not None else None for m in momentum]
+            start_now = [s[:active] for s in start]
+            counts_now, loss_now = counts[:active], loss_sum[:active]
+        batch = slice(first, first + active)
+        inputs = block[(first - block_first) * batch_size:(first - block_first + active) * batch_size]
+        inputs = inputs.view(active, batch_size, *x.shape[1:])
+        first += active
+        live = [p.detach().requires_grad_(True) for p in params_now]
         features, logits = batched_forward(live, inputs)
-        losses = batched_loss(logits, features, labels[:active, step], counts[:active], inputs)
-        grads = list(torch.autograd.grad(losses.sum(), live, allow_unused=True))
+        total, losses = objective(logits, features, labels_all[batch], counts_now, weights_all[batch])
+        grads = list(torch.autograd.grad(total, live, allow_unused=True))
         if needs_start:
-            algorithm.vectorised_after_backward(live, grads, [s[:active] for s in start])
-        sgd_update([p[:active] for p in params], grads, [m[:active] if m is not None else None for m in momentum],
+            algorithm.vectorised_after_backward(live, grads, start_now)
+        sgd_update(params_now, grads, momentum_now,
                    lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
-        loss_sum[:active] += losses.detach()
+        loss_now += losses
 
+    keys = list(global_state)
     losses_by_row = loss_sum.tolist()  # one device sync per round
     updates: list[ClientUpdate | None] = [None] * len(clients)
     for row, i in enumerate(order):

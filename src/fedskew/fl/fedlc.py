@@ -9,7 +9,12 @@ mask, a client holding a single class has a loss of exactly 0 and never learns.
 import torch
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
-from fedskew.fl.losses import MissingClassTreatment, logit_calibrated_cross_entropy
+from fedskew.fl.losses import (
+    MissingClassTreatment,
+    batched_cross_entropy,
+    calibrated_logits,
+    logit_calibrated_cross_entropy,
+)
 
 
 class FedLC(MissingClassTreatment, FederatedAlgorithm):
@@ -21,3 +26,8 @@ class FedLC(MissingClassTreatment, FederatedAlgorithm):
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_calibrated_cross_entropy(logits, y, self.counts_for(client.label_counts), self.hp["tau"])
+
+    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
+                           label_counts: torch.Tensor) -> torch.Tensor:
+        counts = self.counts_for(label_counts).expand_as(label_counts).unsqueeze(1)  # [C, 1, K]
+        return batched_cross_entropy(calibrated_logits(logits, counts, self.hp["tau"]), y)

@@ -14,7 +14,12 @@ objective alone "FedLC" (the logit-adjusted form, not FedLC's τ·n^(-1/4) margi
 import torch
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
-from fedskew.fl.losses import MissingClassTreatment, logit_adjusted_cross_entropy
+from fedskew.fl.losses import (
+    MissingClassTreatment,
+    batched_cross_entropy,
+    logit_adjusted_cross_entropy,
+    prior_adjusted_logits,
+)
 
 
 class FedLogit(MissingClassTreatment, FederatedAlgorithm):
@@ -26,3 +31,8 @@ class FedLogit(MissingClassTreatment, FederatedAlgorithm):
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_adjusted_cross_entropy(logits, y, self.counts_for(client.label_counts))
+
+    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
+                           label_counts: torch.Tensor) -> torch.Tensor:
+        counts = self.counts_for(label_counts).expand_as(label_counts).unsqueeze(1)  # [C, 1, K]
+        return batched_cross_entropy(prior_adjusted_logits(logits, counts), y)

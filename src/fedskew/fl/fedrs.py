@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.fl.losses import batched_cross_entropy
 
 
 class FedRS(FederatedAlgorithm):
@@ -36,7 +37,7 @@ class FedRS(FederatedAlgorithm):
     vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
 
     def class_scales(self, label_counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """s_c per class (shape [C])."""
+        """s_c per class: [K] for one client's counts [K], [C, K] for a stack of clients' [C, K]."""
         counts = label_counts.to(dtype)
         alpha = torch.full_like(counts, self.hp["alpha"])
         return torch.where(counts > 0, torch.ones_like(counts), alpha)
@@ -45,6 +46,11 @@ class FedRS(FederatedAlgorithm):
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         scales = self.class_scales(client.label_counts, logits.dtype).to(logits.device)
         return F.cross_entropy(logits * scales, y)
+
+    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
+                           label_counts: torch.Tensor) -> torch.Tensor:
+        scales = self.class_scales(label_counts, logits.dtype).to(logits.device).unsqueeze(1)  # [C, 1, K]
+        return batched_cross_entropy(logits * scales, y)
 
 
 class FedRSSoft(FedRS):
@@ -57,4 +63,4 @@ class FedRSSoft(FedRS):
         counts = label_counts.to(dtype)
         alpha = self.hp["alpha"]
         # clamp: a client without samples never trains, but keep the division defined
-        return alpha + (1.0 - alpha) * counts / counts.max().clamp_min(1.0)
+        return alpha + (1.0 - alpha) * counts / counts.amax(dim=-1, keepdim=True).clamp_min(1.0)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 #   global — every client calibrates by the federation's total counts Σ_k n_{k,c} instead
 #            of its own (PFLlib's FedLC); only a class that no client holds is masked.
 MISSING_CLASS_TREATMENTS = ("mask", "floor", "global")
+IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index: the label of a vectorised batch's padded row
 
 
 def calibration_counts(local_counts: torch.Tensor, treatment: str,
@@ -68,10 +69,18 @@ def logit_calibrated_cross_entropy(logits: torch.Tensor, y: torch.Tensor, label_
     not hold (n_c = 0) has an infinite margin: its logit is masked exactly rather than
     approximated by a large finite margin, which keeps the loss finite and stable.
     """
+    return F.cross_entropy(calibrated_logits(logits, label_counts, tau), y)
+
+
+def calibrated_logits(logits: torch.Tensor, label_counts: torch.Tensor, tau: float) -> torch.Tensor:
+    """FedLC's z'_c = z_c − τ·n_c^(-1/4), a missing class masked to −∞.
+
+    `label_counts` broadcasts against `logits`: [K] for one client's [B, K] logits, or
+    [C, 1, K] for the vectorised path's [C, B, K].
+    """
     counts = label_counts.to(logits.dtype)
     margins = tau * counts.clamp_min(1.0).pow(-0.25)
-    adjusted = (logits - margins).masked_fill(counts == 0, float("-inf"))
-    return F.cross_entropy(adjusted, y)
+    return (logits - margins).masked_fill(counts == 0, float("-inf"))
 
 
 def logit_adjusted_cross_entropy(logits: torch.Tensor, y: torch.Tensor, label_counts: torch.Tensor) -> torch.Tensor:
@@ -88,10 +97,27 @@ def logit_adjusted_cross_entropy(logits: torch.Tensor, y: torch.Tensor, label_co
     zero gradient, and needs no ε whose size would decide how strongly missing classes
     are pushed down (log ε = −18 for ε = 1e-8 is already a mask up to e^−18 anyway).
     """
+    return F.cross_entropy(prior_adjusted_logits(logits, label_counts), y)
+
+
+def prior_adjusted_logits(logits: torch.Tensor, label_counts: torch.Tensor) -> torch.Tensor:
+    """z'_c = z_c + log p(c), p(c) = n_c / Σ_j n_j, a missing class masked to −∞.
+
+    `label_counts` broadcasts against `logits` ([K] or the vectorised path's [C, 1, K]);
+    the prior normalises over the last dimension, the classes.
+    """
     counts = label_counts.to(device=logits.device, dtype=logits.dtype)
-    log_prior = torch.log(counts.clamp_min(1.0) / counts.sum().clamp_min(1.0))
-    adjusted = (logits + log_prior).masked_fill(counts == 0, float("-inf"))
-    return F.cross_entropy(adjusted, y)
+    log_prior = torch.log(counts.clamp_min(1.0) / counts.sum(dim=-1, keepdim=True).clamp_min(1.0))
+    return (logits + log_prior).masked_fill(counts == 0, float("-inf"))
+
+
+def batched_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each row's cross entropy for a stack of clients: the vectorised path's `F.cross_entropy`.
+
+    `logits` [C, B, K], labels `y` [C, B] with IGNORE_INDEX (-100) on padded rows, whose
+    loss is 0; returns [C, B] (the engine averages each client's real rows).
+    """
+    return F.cross_entropy(logits.transpose(1, 2), y, reduction="none")  # class dimension second
 
 
 def true_class_margin_cross_entropy(logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor,
