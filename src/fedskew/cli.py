@@ -133,7 +133,12 @@ def cmd_train(params: Params, args: argparse.Namespace) -> None:
     # The tracker starts before torch is imported, so MLflow's import and the store's work in
     # the worker overlap torch's import and the training here.
     live = _start_tracking(cfg)
-    from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
+    try:
+        from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
+    except BaseException as error:  # a broken install or a Ctrl-C during torch's import: the run ends, not RUNNING
+        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+        _end_tracking(live, cfg, status, [], {"fedskew.error": f"{type(error).__name__}: {error}"})
+        raise
 
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

@@ -161,6 +161,26 @@ def test_a_failing_tracker_never_fails_training_and_track_backfills(project, mon
     assert track.count_runs(f"sqlite:///{store}", "fedskew/tiny") == 1
 
 
+def test_a_job_whose_engine_cannot_be_imported_ends_its_run_failed(project, monkeypatch, migrated_store) -> None:
+    """The tracker starts before torch is imported; if that import fails (a broken install), the
+    MLflow run ends FAILED with the error instead of staying RUNNING."""
+    monkeypatch.setenv("FEDSKEW_TRACKING", "1")
+    shutil.copy(migrated_store, project / "mlflow.db")
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    params = load_params(project / "params.yaml")
+    monkeypatch.setitem(sys.modules, "fedskew.engine.simulation", None)  # importing it raises ImportError
+    with pytest.raises(ImportError):
+        cmd_train(params, _train_args(params))
+    monkeypatch.undo()
+    cfg = params.runs(["tiny"])[0]
+    assert not (project / cfg.path(paths.RUN_METRICS)).exists()
+    assert track.recorded_runs(uri, "fedskew/tiny") == {cfg.run_id: "FAILED"}
+    (run,) = MlflowClient(tracking_uri=uri).search_runs(
+        [MlflowClient(tracking_uri=uri).get_experiment_by_name("fedskew/tiny").experiment_id])
+    assert "import of fedskew.engine.simulation" in run.data.tags["fedskew.error"]
+
+
 def test_track_refuses_altered_run_files(project, capsys) -> None:
     params = load_params(project / "params.yaml")
     cmd_train(params, _train_args(params))
