@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from table4_grid import SUITE, TIMING, project  # benchmarks/, on the path when run as a script
+# benchmarks/ is on the path when this runs as a script
+from table4_grid import SUITE, TIMING, project
 
 
 def worker(root: Path, index: int, workers: int) -> None:
