@@ -49,17 +49,18 @@ def _clients(y: torch.Tensor, round_: int, sizes: tuple[int, ...] = (3, 8, 29, 1
     for client_id, size in enumerate(sizes):
         indices = torch.arange(start, start + size)
         start += size
-        counts = torch.bincount(y[indices], minlength=NUM_CLASSES)
+        counts = torch.bincount(y[indices.to(y.device)], minlength=NUM_CLASSES)
         seed = 1000 * round_ + client_id
         clients.append(ClientContext(client_id, round_, indices, counts, torch.Generator().manual_seed(seed), seed))
     return clients
 
 
 def _rounds(method: str, model_name: str, vectorised: bool, rounds: int = 3, settings: TrainingSettings | None = None,
-            sizes: tuple[int, ...] = (3, 8, 29, 17, 1, 50)):
+            sizes: tuple[int, ...] = (3, 8, 29, 17, 1, 50), device: str = "cpu"):
     torch.manual_seed(0)
     x, y = _data()
-    model = build_model(model_name, DIGITS_INFO)
+    x, y = x.to(device), y.to(device)
+    model = build_model(model_name, DIGITS_INFO).to(device)
     algorithm = ALGORITHMS[method](settings or _settings(), len(sizes), NUM_CLASSES)
     algorithm.set_label_counts(torch.stack([c.label_counts for c in _clients(y, 1, sizes)]))
     model = algorithm.adapt_model(model)
@@ -279,6 +280,24 @@ def test_vectorised_cnn_agrees_with_sequential() -> None:
     vec = _rounds("fedavg", "cnn", True, rounds=1, settings=_settings(epochs=1))
     for key, value in seq[0].global_state.items():
         torch.testing.assert_close(vec[0].global_state[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a lent device machine)")
+@pytest.mark.parametrize("method, model_name", [(m, "mlp") for m in VECTORISED] + [("fedavg", "cnn"), ("fedlc", "cnn")])
+def test_vectorised_round_agrees_with_sequential_on_gpu(method: str, model_name: str) -> None:
+    """The GPU is where the vectorised path is meant to run. cuDNN may pick other convolution
+    algorithms for the batched (grouped) convolutions, and convolutions may use TF32 by
+    default, hence the looser tolerance for the CNN."""
+    tolerance = dict(rtol=1e-5, atol=1e-6) if model_name == "mlp" else dict(rtol=2e-3, atol=2e-4)
+    sequential = _rounds(method, model_name, False, rounds=2, device="cuda")
+    vectorised = _rounds(method, model_name, True, rounds=2, device="cuda")
+    for seq, vec in zip(sequential, vectorised):
+        assert seq.client_samples == vec.client_samples
+        for client_id, loss in seq.client_losses.items():
+            assert vec.client_losses[client_id] == pytest.approx(loss, rel=tolerance["rtol"], abs=tolerance["atol"])
+        for key, value in seq.global_state.items():
+            assert value.device.type == "cuda", key
+            torch.testing.assert_close(vec.global_state[key], value, msg=key, **tolerance)
 
 
 @pytest.mark.parametrize("vectorised", [False, True])
