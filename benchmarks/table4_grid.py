@@ -11,6 +11,9 @@ Snakemake's own.
     PYTHONPATH=src .venv/bin/python benchmarks/table4_grid.py                 # the full grid
     PYTHONPATH=src .venv/bin/python benchmarks/table4_grid.py --seeds 0 --no-tracking
     PYTHONPATH=src .venv/bin/python benchmarks/table4_grid.py --execution auto
+    PYTHONPATH=src .venv/bin/python benchmarks/table4_grid.py --execution auto --seeds-per-job all
+    PYTHONPATH=src .venv/bin/python benchmarks/table4_grid.py --execution auto --seeds-per-job all \
+        --methods fedavg fedprox scaffold fednova fedadam fedyogi fedadagrad fedrs fedlc   # the paper's 135 runs
 
 Takes minutes (the full grid about 10-15 on the 2-core development machine).
 """
@@ -31,19 +34,26 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = "fedlc_t4_synthetic"
+TABLE_METHODS = ["fedavg", "fedprox", "scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedrs", "fedlc"]
 TIMING = re.compile(r"timing: (\d+) rounds in ([0-9.]+) s")
 
 
-def project(folder: Path, seeds: list[int] | None, execution: str | None) -> Path:
-    """A checkout-like copy running only the Table 4 suite (optionally fewer seeds or another execution)."""
+def project(folder: Path, seeds: list[int] | None, execution: str | None, seeds_per_job: str | None = None,
+            methods: list[str] | None = None) -> Path:
+    """A checkout-like copy running only the Table 4 suite (optionally fewer seeds or methods, another
+    execution, or another number of seeds per training job)."""
     for item in ("src", "workflow"):
         shutil.copytree(REPO / item, folder / item, ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["run"]["suites"] = [SUITE]
     if seeds is not None:
         params["suites"][SUITE]["seeds"] = seeds
+    if methods is not None:
+        params["suites"][SUITE]["methods"] = methods
     if execution is not None:
         params["training"][SUITE] = {**params["training"][SUITE], "execution": execution}
+    if seeds_per_job is not None:
+        params["suites"][SUITE]["seeds_per_job"] = 1 if seeds_per_job == "1" else seeds_per_job
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return folder
 
@@ -54,11 +64,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: the suite's five")
     parser.add_argument("--execution", choices=["sequential", "vectorised", "auto"], default=None,
                         help="override training.execution (default: params.yaml's)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="default: the suite's eleven; --methods " + " ".join(TABLE_METHODS) + " is the "
+                             "paper's table (135 runs), without FedLC's two other readings of a missing class")
+    parser.add_argument("--seeds-per-job", choices=["1", "all"], default=None,
+                        help="override the suite's seeds_per_job (default: params.yaml's)")
     parser.add_argument("--no-tracking", action="store_true", help="FEDSKEW_TRACKING=0 (to see tracking's share)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="fedskew-t4-") as tmp:
-        root = project(Path(tmp), args.seeds, args.execution)
+        root = project(Path(tmp), args.seeds, args.execution, args.seeds_per_job, args.methods)
         env = {**os.environ, "PYTHONPATH": str(root / "src"),
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         env.pop("MLFLOW_TRACKING_URI", None)
@@ -73,18 +88,19 @@ def main() -> None:
         output = process.stdout.read().decode(errors="replace")
         if os.waitstatus_to_exitcode(status) != 0:
             sys.exit(f"snakemake failed:\n{output[-4000:]}")
-        loops = [(int(m[1]), float(m[2])) for log in (root / "logs/train").rglob("*.log")
-                 for m in TIMING.finditer(log.read_text())]
-        jobs = len(loops)
+        logs = list((root / "logs/train").rglob("*.log"))
+        loops = [(int(m[1]), float(m[2])) for log in logs for m in TIMING.finditer(log.read_text())]
+        runs = len(loops)
         loop_total = sum(seconds for _, seconds in loops)
         floor = loop_total / args.cores
-        print(f"{SUITE}: {jobs} training jobs ({sum(r for r, _ in loops)} rounds), --cores {args.cores}, "
-              f"execution {args.execution or 'as params.yaml'}, tracking {'off' if args.no_tracking else 'on'}")
+        print(f"{SUITE}: {runs} runs ({sum(r for r, _ in loops)} rounds) in {len(logs)} training jobs, "
+              f"--cores {args.cores}, execution {args.execution or 'as params.yaml'}, seeds per job "
+              f"{args.seeds_per_job or 'as params.yaml'}, tracking {'off' if args.no_tracking else 'on'}")
         print(f"wall {wall:.1f} s ({wall / 60:.2f} min); CPU {usage.ru_utime + usage.ru_stime:.1f} s; "
               f"peak RSS {usage.ru_maxrss / 1024:.0f} MB")
-        print(f"training loops {loop_total:.1f} s in total, {loop_total / max(jobs, 1):.2f} s per job; "
+        print(f"training loops {loop_total:.1f} s in total, {loop_total / max(runs, 1):.2f} s per run; "
               f"floor (loops / cores) {floor:.1f} s; wall / floor {wall / floor:.2f}")
-        print(f"per job beyond its loop: {(wall * args.cores - loop_total) / max(jobs, 1):.2f} core-s "
+        print(f"per run beyond its loop: {(wall * args.cores - loop_total) / max(runs, 1):.2f} core-s "
               "(interpreter, imports, loading, tracking, Snakemake)")
 
 

@@ -102,14 +102,23 @@ def _end_tracking(live, cfg: RunConfig, status: str, files: list[Path], tags: di
                   "`python -m fedskew track --suite %s`.", cfg.path(paths.RUN_DIR), live.error, cfg.suite)
 
 
-def _start_tracking(cfg: RunConfig):
-    """The live MLflow run of a training job, tracked by a worker process (`fedskew.track_sidecar`)."""
+def _start_tracking_worker():
+    """The job's tracking worker process (`fedskew.track_sidecar`), or None when tracking is off."""
     if not _tracking_enabled():
+        return None
+    from fedskew.track_sidecar import SidecarWorker
+
+    return SidecarWorker().start()
+
+
+def _start_tracking(cfg: RunConfig, worker):
+    """The live MLflow run of one run of a training job, recorded by the job's worker."""
+    if worker is None:
         return None
     from fedskew.track_sidecar import SidecarRun
 
     return SidecarRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
-                      params=cfg.to_dict(), tags=_run_tags(cfg),
+                      params=cfg.to_dict(), tags=_run_tags(cfg), worker=worker,
                       flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
 
 
@@ -128,11 +137,43 @@ def _tracking_hook(live, cfg: RunConfig):
     return on_round
 
 
+class RunsFailedError(RuntimeError):
+    """Some runs of a several-seed training job failed (each one's error is in the log above)."""
+
+
 def cmd_train(params: Params, args: argparse.Namespace) -> None:
-    cfg = params.run(args.suite, args.dataset, args.partition, args.method, args.seed)
+    """Train the runs of one grid point, one per seed, in this process, one after another.
+
+    Several seeds in one job share the interpreter, torch's import and one tracking worker
+    (suites with `seeds_per_job: all`): for small runs those fixed costs are most of a job.
+    Each run keeps its own checkpoint, run files and MLflow run. A failed run does not stop
+    the others; the job then fails naming every failed seed. Ctrl-C or SIGTERM stops the job.
+    """
+    seeds = [args.seed] if isinstance(args.seed, int) else list(dict.fromkeys(args.seed))  # in order, each once
+    runs = [params.run(args.suite, args.dataset, args.partition, args.method, seed) for seed in seeds]
     # The tracker starts before torch is imported, so MLflow's import and the store's work in
     # the worker overlap torch's import and the training here.
-    live = _start_tracking(cfg)
+    worker = _start_tracking_worker()
+    failed = []
+    try:
+        for cfg in runs:
+            try:
+                _train_run(cfg, args, worker)
+            except Exception as error:
+                if len(runs) == 1:
+                    raise
+                log.error("%s failed: %s: %s", cfg.path(paths.RUN_DIR), type(error).__name__, error)
+                failed.append(f"seed {cfg.seed} ({type(error).__name__}: {error})")
+    finally:
+        if worker is not None:
+            worker.close()
+    if failed:
+        raise RunsFailedError(f"{len(failed)} of {len(runs)} runs failed: {'; '.join(failed)}. The runs that "
+                              "finished kept their checkpoints: running the job again only restores them.")
+
+
+def _train_run(cfg: RunConfig, args: argparse.Namespace, worker) -> None:
+    live = _start_tracking(cfg, worker)
     try:
         from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
     except BaseException as error:  # a broken install or a Ctrl-C during torch's import: the run ends, not RUNNING
@@ -372,10 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--partition", required=True)
     p.add_argument("--seed", type=int, required=True)
-    p = sub.add_parser("train", help="train one run (resuming from its checkpoint) and log it to MLflow")
+    p = sub.add_parser("train", help="train the runs of one grid point, one per --seed (each resuming from its "
+                                     "checkpoint), and log them to MLflow")
     for key in ("suite", "dataset", "partition", "method"):
         p.add_argument(f"--{key}", required=True)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=int, nargs="+", required=True,
+                   help="one seed, or several: trained one after another in this process")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: training.threads)")
     p = sub.add_parser("track", help="log a suite's trained runs to MLflow from their run files "
                                      "(after a tracking failure; repeating it adds nothing)")
@@ -412,6 +455,8 @@ def _reported(error: Exception) -> int | None:
     """
     if isinstance(error, (ConfigError, FileNotFoundError, RunFileError, TrackingError)):
         return 2
+    if isinstance(error, RunsFailedError):
+        return 1
     for module, names, code in _REPORTED_ERRORS:
         loaded = sys.modules.get(module)
         if loaded is not None and isinstance(error, tuple(getattr(loaded, name) for name in names)):

@@ -16,19 +16,22 @@ while the job imports torch and trains, and the job waits for the tracker twice 
 
 Protocol: the job writes one JSON command per line to the worker's stdin: ``start`` (the
 LiveRun arguments), ``rows`` (history rows; NaN and infinity pass, as Python's json allows
-them) and ``end`` (status, artifacts, tags). The worker replies one JSON line,
-``{"run_id": ..., "error": ...}``, on stdout after the first rows and after ``end``. It
+them) and ``end`` (status, artifacts, tags), then ``start`` again for the job's next run, if
+any (`fedskew train --seed 0 1 2`: one worker, one MLflow import, for all of a job's runs);
+closing stdin after an ``end`` ends the worker. The worker replies one JSON line,
+``{"after": "rows" | "end", "run_id": ..., "error": ...}``, on stdout after a run's first
+rows and after its ``end``. It
 sends a batch after the first rows, then when `flush_every_s` has passed or a full
 batch of MAX_METRICS_PER_BATCH values is waiting (a batch the end would send anyway:
 sent early, it costs the store no extra transaction and shortens the job's wait at the end).
 
 Signals and failures: the worker ignores SIGINT and SIGTERM (Ctrl-C or a preemption reaches
 the whole process group; the job decides the final status and sends ``end KILLED``). When
-its stdin closes without ``end`` (the job was killed with -9) it exits at once, leaving the
-run RUNNING, exactly as a killed in-process job did: the retry continues the same run. A
+its stdin closes in the middle of a run (the job was killed with -9) it exits at once, leaving
+the run RUNNING, exactly as a killed in-process job did: the retry continues the same run. A
 worker that cannot start, fails to track, dies, or has not finished END_WAIT_S after the end
-sets `SidecarRun.error`; the job still succeeds and its run files stay the truth (`fedskew
-track` logs them later).
+sets `SidecarRun.error` (and, if the worker is gone, that of the job's later runs too); the
+job still succeeds and its run files stay the truth (`fedskew track` logs them later).
 """
 
 from __future__ import annotations
@@ -60,26 +63,24 @@ def _plain(value: Any) -> Any:
     return float(value) if isinstance(value, numbers.Real) else str(value)
 
 
-class SidecarRun:
-    """`track.LiveRun`'s interface for a training job, with the tracking done by a worker process.
+class SidecarWorker:
+    """The tracking worker of one training job: one process that records the job's runs one
+    after another (`fedskew train --seed 0 1 2` trains several runs in one process, and MLflow
+    is imported once for all of them).
 
     The worker's stdin is non-blocking: a row that does not fit in the pipe (the worker is
     busy with a batch, stopped, or stuck on the store) waits in memory and goes with the
     next one, so training never blocks on the tracker, whatever state the worker is in.
+    A worker that cannot start, dies, or hangs sets `error`: every run after that reports
+    tracking as failed at once (its files stay the truth; `fedskew track` logs it later).
     """
 
-    def __init__(self, *, project_root: Path, experiment: str, run_name: str, params: dict,
-                 tags: dict[str, str], uri: str | None = None, flush_every_s: float = 10.0) -> None:
-        self.start_command = {"command": "start", "project_root": str(Path(project_root).resolve()),
-                              "experiment": experiment, "run_name": run_name, "params": params, "tags": tags,
-                              "uri": uri, "flush_every_s": flush_every_s}
-        self.run_id: str | None = None
+    def __init__(self) -> None:
         self.error: str | None = None
         self._process: subprocess.Popen | None = None
         self._outbox = bytearray()  # commands the pipe had no room for yet
-        self._first_round_shown = False
 
-    def start(self) -> SidecarRun:
+    def start(self) -> SidecarWorker:
         # The worker runs the same fedskew as this job, also when this job found it other than via PYTHONPATH.
         path = [str(Path(fedskew.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
@@ -87,88 +88,168 @@ class SidecarRun:
             self._process = subprocess.Popen([sys.executable, "-m", "fedskew.track_sidecar"], env=env,
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         except OSError as error:
-            self._fail(f"starting the tracking worker ({sys.executable} -m fedskew.track_sidecar) failed: {error}")
+            self.error = f"starting the tracking worker ({sys.executable} -m fedskew.track_sidecar) failed: {error}"
             return self
         os.set_blocking(self._process.stdin.fileno(), False)
-        self._send(self.start_command)
         return self
 
-    def _fail(self, error: str) -> None:
-        self.error = error
-        log.error("TRACKING FAILED for %s (%s); tracking stops for this job, training goes on",
-                  self.start_command["run_name"], error)
-
-    def _send(self, command: dict) -> None:
+    def send(self, command: dict) -> None:
+        """Queue a command; write what the pipe takes now."""
+        if self.error is not None:
+            return
         self._outbox += (json.dumps(command, default=_plain) + "\n").encode()
         try:
             written = os.write(self._process.stdin.fileno(), self._outbox)
         except BlockingIOError:
             return  # the pipe is full: the outbox goes with the next command
         except BrokenPipeError:
-            self._fail(self._worker_gone())
+            self.error = self._gone()
             return
         del self._outbox[:written]
 
-    def log_round(self, row: dict) -> None:
-        if self._process is None or self.error is not None:
-            return
-        self._send({"command": "rows", "rows": [row]})
+    def _drain(self, deadline: float) -> bool:
+        """Write the whole outbox (the worker is reading it); False if the worker went or the time ran out."""
+        while self._outbox and self.error is None:
+            _, writable, _ = select.select([], [self._process.stdin], [], max(0.0, deadline - time.monotonic()))
+            if not writable:
+                return False
+            try:
+                written = os.write(self._process.stdin.fileno(), self._outbox)
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                self.error = self._gone()
+                return False
+            del self._outbox[:written]
+        return self.error is None
 
-    def await_first_round(self) -> None:
-        """Wait, once, until the worker has the first round in MLflow (its first reply). The start
-        command and the first row are far smaller than the pipe, so they are in it, not in the outbox."""
-        if self._process is None or self.error is not None or self._first_round_shown:
-            return
-        self._first_round_shown = True
-        ready, _, _ = select.select([self._process.stdout], [], [], FIRST_ROUND_WAIT_S)
-        if not ready:
-            log.warning("MLflow does not show %s after %.0f s; training goes on, and the tracker catches up "
-                        "in the background", self.start_command["run_name"], FIRST_ROUND_WAIT_S)
-            return
-        reply = self._process.stdout.readline()  # unbuffered: reads this line and nothing after it
-        if not reply:
-            self._fail(self._worker_gone())
-            return
-        self._take(reply)
+    def reply(self, timeout: float, after: str) -> dict | None:
+        """The worker's next reply of kind `after` ("rows" or "end"); replies of other kinds are
+        skipped. None when none came within `timeout` (the worker may still be working)."""
+        deadline = time.monotonic() + timeout
+        if after == "end" and not self._drain(deadline):
+            if self.error is None:
+                self._stop(f"the tracking worker did not take the end within {timeout:.0f} s and was stopped; "
+                           "the MLflow run stays RUNNING")
+            return None
+        while self.error is None:
+            ready, _, _ = select.select([self._process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                if after == "end":
+                    self._stop(f"the tracking worker did not finish within {timeout:.0f} s and was stopped; "
+                               "the MLflow run stays RUNNING")
+                return None
+            line = self._process.stdout.readline()  # unbuffered: reads this line and nothing after it
+            if not line:
+                self.error = self._gone(" before it recorded the end" if after == "end" else "")
+                return None
+            answer = json.loads(line)
+            if answer["after"] == after:
+                return answer
+        return None
 
-    def _worker_gone(self, when: str = "") -> str:
+    def _stop(self, error: str) -> None:
+        self.error = error
+        self._process.kill()
+        self._process.wait()
+
+    def _gone(self, when: str = "") -> str:
         """Why the worker is not there any more (it has exited or is exiting: its pipes are closed)."""
         code = self._process.wait()
         status = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         return f"the tracking worker (pid {self._process.pid}) {status}{when}; its messages are in this job's log"
 
-    def _take(self, reply: bytes) -> None:
-        answer = json.loads(reply)
+    def close(self) -> None:
+        """No more runs: close the worker's stdin; it exits at once (everything it was sent is recorded)."""
+        if self._process is None or self._process.returncode is not None:
+            return
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=END_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+class SidecarRun:
+    """`track.LiveRun`'s interface for one run of a training job, recorded by a `SidecarWorker`.
+
+    Without `worker`, the run starts its own worker and closes it at its end (a job of one run).
+    """
+
+    def __init__(self, *, project_root: Path, experiment: str, run_name: str, params: dict,
+                 tags: dict[str, str], uri: str | None = None, flush_every_s: float = 10.0,
+                 worker: SidecarWorker | None = None) -> None:
+        self.start_command = {"command": "start", "project_root": str(Path(project_root).resolve()),
+                              "experiment": experiment, "run_name": run_name, "params": params, "tags": tags,
+                              "uri": uri, "flush_every_s": flush_every_s}
+        self.run_id: str | None = None
+        self.error: str | None = None
+        self._owns_worker = worker is None
+        self._worker = worker
+        self._first_round_shown = False
+        self._ended = False
+
+    def start(self) -> SidecarRun:
+        if self._worker is None:
+            self._worker = SidecarWorker().start()
+        self._worker.send(self.start_command)
+        self._check_worker()
+        return self
+
+    def _check_worker(self) -> bool:
+        if self.error is None and self._worker.error is not None:
+            self._fail(self._worker.error)
+        return self.error is None
+
+    def _fail(self, error: str) -> None:
+        self.error = error
+        log.error("TRACKING FAILED for %s (%s); tracking stops for this run, training goes on",
+                  self.start_command["run_name"], error)
+
+    def log_round(self, row: dict) -> None:
+        if self.error is not None:
+            return
+        self._worker.send({"command": "rows", "rows": [row]})
+        self._check_worker()
+
+    def await_first_round(self) -> None:
+        """Wait, once, until the worker has the first round in MLflow (its first reply)."""
+        if self.error is not None or self._first_round_shown:
+            return
+        self._first_round_shown = True
+        answer = self._worker.reply(FIRST_ROUND_WAIT_S, after="rows")
+        if answer is None:
+            if self._check_worker():
+                log.warning("MLflow does not show %s after %.0f s; training goes on, and the tracker catches up "
+                            "in the background", self.start_command["run_name"], FIRST_ROUND_WAIT_S)
+            return
+        self._take(answer)
+
+    def _take(self, answer: dict) -> None:
         self.run_id = answer["run_id"] or self.run_id
-        if answer["error"] is not None:
+        if answer["error"] is not None and self.error is None:
             self.error = answer["error"]  # the worker has logged it
 
     def end(self, status: str, artifacts: list[Path] = (), tags: dict[str, str] | None = None) -> None:
-        """Send the final status, artifacts and tags; wait for the worker to record them and exit."""
+        """Send the final status, artifacts and tags; wait until the worker has recorded them."""
         if status not in ("FINISHED", "FAILED", "KILLED"):
             raise ValueError(f"status must be FINISHED, FAILED or KILLED, not {status!r}")
-        if self._process is None:
+        if self._worker is None or self._ended:
             return
-        if self.error is None:
-            self._send({"command": "end", "status": status, "artifacts": [str(Path(a).resolve()) for a in artifacts],
-                        "tags": tags or {}})
-        # After an error nothing more is sent: the worker sees its stdin close and exits.
-        pending = bytes(self._outbox) if self.error is None else None
+        self._ended = True
         try:
-            replies, _ = self._process.communicate(pending, timeout=END_WAIT_S)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.communicate()
-            self._fail(f"the tracking worker did not finish within {END_WAIT_S:.0f} s and was stopped; "
-                       "the MLflow run stays RUNNING")
-            return
-        if self.error is not None:
-            return
-        lines = replies.splitlines()
-        if self._process.returncode != 0 or not lines:
-            self._fail(self._worker_gone(" before it recorded the end"))
-            return
-        self._take(lines[-1])
+            if self._worker.error is None:
+                # Sent after an error too: the worker's run ignores it, and the worker is ready for the next run.
+                self._worker.send({"command": "end", "status": status, "tags": tags or {},
+                                   "artifacts": [str(Path(a).resolve()) for a in artifacts]})
+                answer = self._worker.reply(END_WAIT_S, after="end")
+                if answer is not None:
+                    self._take(answer)
+            self._check_worker()
+        finally:
+            if self._owns_worker:
+                self._worker.close()
 
 
 class _Worker:
@@ -180,9 +261,10 @@ class _Worker:
         self.waiting = 0  # metric values received since the last batch
         self.last_batch: float | None = None
 
-    def reply(self) -> None:
+    def reply(self, after: str) -> None:
         try:
-            self.replies.write(json.dumps({"run_id": self.live.run_id, "error": self.live.error}) + "\n")
+            self.replies.write(json.dumps({"after": after, "run_id": self.live.run_id, "error": self.live.error})
+                               + "\n")
             self.replies.flush()
         except BrokenPipeError:  # the job was killed: leave the run as a killed job leaves it
             os._exit(0)
@@ -191,6 +273,7 @@ class _Worker:
         self.live = track.LiveRun(project_root=Path(command["project_root"]), experiment=command["experiment"],
                                   run_name=command["run_name"], params=command["params"], tags=command["tags"],
                                   uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"])
+        self.waiting, self.last_batch = 0, None
         self.live.start()
 
     def rows(self, command: dict) -> None:
@@ -202,11 +285,11 @@ class _Worker:
             self.live.flush()
             self.waiting, self.last_batch = 0, time.monotonic()
         if first:
-            self.reply()
+            self.reply("rows")
 
     def end(self, command: dict) -> None:
         self.live.end(command["status"], [Path(a) for a in command["artifacts"]], command["tags"])
-        self.reply()
+        self.reply("end")
 
 
 def main() -> None:
@@ -220,13 +303,13 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     worker = _Worker(replies)
     handlers = {"start": worker.start, "rows": worker.rows, "end": worker.end}
-    for line in sys.stdin.buffer:  # EOF without "end": the job was killed; leave the run RUNNING
+    # Runs come one after another: start, rows..., end, start, ... The job closes stdin after its
+    # last run; EOF in the middle of a run means the job was killed: leave that run RUNNING.
+    for line in sys.stdin.buffer:
         if not line.endswith(b"\n"):
             break  # the job was killed while writing this command
         command = json.loads(line)
         handlers[command["command"]](command)
-        if command["command"] == "end":
-            break
     # Everything is committed and flushed; tearing down an interpreter with MLflow loaded
     # takes 0.5-1 s that the job would wait for.
     logging.shutdown()

@@ -97,6 +97,27 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
+def test_seeds_per_job_all_trains_each_grid_point_in_one_job(tmp_path, tiny_params):
+    tiny_params["suites"]["tiny"]["seeds_per_job"] = "all"
+    root = make_copy(tmp_path, tiny_params)
+    result = run([venv_bin("snakemake"), "--cores", "2"], root)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "train_seeds_tiny" in result.stderr and "rule train:" not in result.stderr
+
+    # one job, with one log, per (partition, method); every seed's run files as usual
+    logs = sorted(p.relative_to(root / "logs/train/tiny").as_posix() for p in (root / "logs/train/tiny").rglob("*.log"))
+    assert logs == [f"digits/{p}/{m}/seeds.log" for p in ("dir0.5", "q2") for m in ("fedavg", "fedlc")]
+    for log in (root / "logs/train/tiny").rglob("seeds.log"):
+        assert log.read_text().count("timing: 4 rounds") == 2  # both seeds trained in that process
+    assert len(list((root / "results/runs/tiny").glob("digits/*/*/seed*/metrics.json"))) == 2 * 2 * 2
+    assert "(n=2)" in (root / "results/tables/tiny.md").read_text()
+    from fedskew.track import count_runs, tracking_uri
+
+    assert count_runs(tracking_uri(root), "fedskew/tiny") == 2 * 2 * 2
+    again = run([venv_bin("snakemake"), "--cores", "2", "-n"], root)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
 def test_invalid_params_fail_before_any_job_runs(tmp_path, tiny_params):
     tiny_params["partitions"]["dir0.5"]["beta"] = 0
     root = make_copy(tmp_path, tiny_params)

@@ -116,7 +116,8 @@ def test_the_worker_speaks_json_lines_and_never_imports_torch(tmp_path, migrated
                             env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert worker.returncode == 0, worker.stderr[-3000:]
     first, last = map(json.loads, worker.stdout.splitlines())  # after the first rows, and after the end
-    assert first["error"] is None and last == first and first["run_id"]
+    assert (first["after"], last["after"]) == ("rows", "end")
+    assert first["error"] is None and last["error"] is None and first["run_id"] and last["run_id"] == first["run_id"]
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(first["run_id"]).info.status == "FINISHED"
     losses = [p.value for p in sorted(client.get_metric_history(first["run_id"], "train_loss"), key=lambda p: p.step)]
@@ -131,7 +132,7 @@ def test_a_worker_that_cannot_reach_its_store_fails_tracking_not_training(tmp_pa
     live.await_first_round()
     assert live.error is not None and "opening the MLflow run failed" in live.error
     live.log_round({"round": 2, "train_loss": 0.25})  # ignored, as by LiveRun after a failure
-    live.end("FINISHED")  # returns: the worker, told nothing more, has exited
+    live.end("FINISHED")  # returns: the worker records nothing more for this run, and exits
 
 
 # --- whole training jobs ---------------------------------------------------------------------------

@@ -288,7 +288,7 @@ def test_vectorised_round_agrees_with_sequential_on_gpu(method: str, model_name:
     """The GPU is where the vectorised path is meant to run. cuDNN may pick other convolution
     algorithms for the batched (grouped) convolutions, and convolutions may use TF32 by
     default, hence the looser tolerance for the CNN."""
-    tolerance = dict(rtol=1e-5, atol=1e-6) if model_name == "mlp" else dict(rtol=2e-3, atol=2e-4)
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if model_name == "mlp" else {"rtol": 2e-3, "atol": 2e-4}
     sequential = _rounds(method, model_name, False, rounds=2, device="cuda")
     vectorised = _rounds(method, model_name, True, rounds=2, device="cuda")
     for seq, vec in zip(sequential, vectorised):
