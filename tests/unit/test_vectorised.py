@@ -17,9 +17,17 @@ from torch import nn
 
 from fedskew.algorithms import ALGORITHMS
 from fedskew.engine import vectorised
+from fedskew.engine.closed_form import closed_form_step, one_hot_targets
 from fedskew.engine.simulation import NonFiniteError, federated_round, run_training
-from fedskew.engine.vectorised import (_dense_forward, _has_batched_loss, choose_execution, round_parallelism,
-                                       vectorisation_blocker)
+from fedskew.engine.vectorised import (
+    _batched_objective,
+    _closed_form_steps,
+    _dense_forward,
+    _has_batched_loss,
+    choose_execution,
+    round_parallelism,
+    vectorisation_blocker,
+)
 from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings
 from fedskew.fl.losses import IGNORE_INDEX
 from fedskew.models import build_model
@@ -60,7 +68,7 @@ def _rounds(method: str, model_name: str, vectorised: bool, rounds: int = 3, set
     torch.manual_seed(0)
     x, y = _data()
     x, y = x.to(device), y.to(device)
-    model = build_model(model_name, DIGITS_INFO).to(device)
+    model = _dense(model_name).to(device)
     algorithm = ALGORITHMS[method](settings or _settings(), len(sizes), NUM_CLASSES)
     algorithm.set_label_counts(torch.stack([c.label_counts for c in _clients(y, 1, sizes)]))
     model = algorithm.adapt_model(model)
@@ -218,6 +226,10 @@ def _dense(model_name: str) -> nn.Module:
         stages = OrderedDict(flat=nn.Flatten(), fc1=nn.Linear(64, 12, bias=False), act1=nn.Tanh(),
                              block=nn.Sequential(nn.Linear(12, 7), nn.GELU(), nn.Identity()), act2=nn.LeakyReLU())
         return SplittableNet(stages, 7, NUM_CLASSES, ("act1",))
+    if model_name == "relu_chain":  # every kind of layer the closed-form gradient accepts
+        stages = OrderedDict(flat=nn.Flatten(), fc1=nn.Linear(64, 12, bias=False), act1=nn.ReLU(),
+                             block=nn.Sequential(nn.Linear(12, 7), nn.ReLU(), nn.Identity()))
+        return SplittableNet(stages, 7, NUM_CLASSES, ("act1",))
     return build_model(model_name, DIGITS_INFO)
 
 
@@ -269,6 +281,90 @@ def test_a_vectorisable_loss_without_a_batched_form_runs_under_vmap() -> None:
     finally:
         del ALGORITHMS["doubled_fedlc"]
     for seq, vec in zip(sequential, vectorised):
+        for client_id, loss in seq.client_losses.items():
+            assert vec.client_losses[client_id] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+        for key, value in seq.global_state.items():
+            torch.testing.assert_close(vec.global_state[key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("method, hyperparameters", BATCHED_LOSSES)
+@pytest.mark.parametrize("model_name", ["logreg", "mlp", "fed_dnn", "relu_chain"])
+def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict, model_name: str) -> None:
+    """A closed-form step's gradients and losses equal autograd's through the dense forward and the
+    method's own `batched_local_loss`: clients at different parameters, missing classes (masked,
+    floored, global), class scales, padded rows."""
+    g = torch.Generator().manual_seed(5)
+    clients, batch = 4, 6
+    counts = torch.tensor([[5, 0, 0, 1, 0, 0, 0, 0, 0, 0], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
+                           [0, 0, 0, 0, 0, 0, 0, 0, 9, 0], [0, 3, 0, 7, 0, 1, 0, 0, 0, 4]])
+    algorithm = ALGORITHMS[method](_settings(), clients, NUM_CLASSES, **hyperparameters)
+    algorithm.set_label_counts(counts)
+    torch.manual_seed(1)
+    model = _dense(model_name)
+    names = [name for name, _ in model.named_parameters()]
+    steps = _closed_form_steps(algorithm, model, names)
+    assert steps is not None
+    params = [p.detach() + 0.3 * torch.randn(clients, *p.shape, generator=g) for p in model.parameters()]
+    inputs = torch.randn(clients, batch, 1, 8, 8, generator=g)
+    labels = torch.stack([torch.multinomial(c.float(), batch, replacement=True, generator=g) for c in counts])
+    for client, n in enumerate([6, 1, 4, 6]):  # the rest of each batch is padding
+        labels[client, n:] = IGNORE_INDEX
+    weights = (labels != IGNORE_INDEX).float()
+    weights /= weights.sum(dim=1, keepdim=True)
+
+    live = [p.clone().requires_grad_(True) for p in params]
+    features, logits = _dense_forward(model, names)(live, inputs)
+    total, expected_losses = _batched_objective(algorithm)(logits, features, labels, counts, weights)
+    expected = torch.autograd.grad(total, live)
+    adjustment = algorithm.batched_logit_adjustment(counts, torch.float32)
+    grads, losses = closed_form_step(steps, params, inputs, labels, weights,
+                                     one_hot_targets(labels, weights, NUM_CLASSES), adjustment)
+    torch.testing.assert_close(losses, expected_losses, rtol=1e-6, atol=1e-6)
+    for name, grad, want in zip(names, grads, expected):
+        assert want.abs().sum() > 0, name  # a gradient to compare
+        torch.testing.assert_close(grad, want, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_where_the_closed_form_applies() -> None:
+    """Every vectorisable method trains logistic regression and the MLPs in closed form; a model with other
+    activations, a CNN, a loss run under vmap and a method with a batched loss of its own take autograd."""
+    dense = {name: _dense(name) for name in ("logreg", "mlp", "fed_dnn", "custom")}
+    names = {key: [name for name, _ in model.named_parameters()] for key, model in dense.items()}
+    for method in VECTORISED:
+        algorithm = ALGORITHMS[method](_settings(), 4, NUM_CLASSES)
+        for model_name in ("logreg", "mlp", "fed_dnn"):
+            assert _closed_form_steps(algorithm, dense[model_name], names[model_name]) is not None, method
+        assert _closed_form_steps(algorithm, dense["custom"], names["custom"]) is None, method
+    fedavg = FederatedAlgorithm(_settings(), 4, NUM_CLASSES)
+    cnn = build_model("cnn", DIGITS_INFO)
+    assert _closed_form_steps(fedavg, cnn, [name for name, _ in cnn.named_parameters()]) is None
+
+    class Doubled(ALGORITHMS["fedlc"]):  # its local_loss has no batched form: vmap
+        vectorised_hooks = ("local_loss",)
+
+        def local_loss(self, logits, features, y, client, x=None):
+            return 2 * super().local_loss(logits, features, y, client, x)
+
+    class FeaturePenalty(FederatedAlgorithm):  # a batched loss of its own, not an adjusted cross entropy
+        vectorised_hooks = ("local_loss",)
+
+        def local_loss(self, logits, features, y, client, x=None):
+            return super().local_loss(logits, features, y, client, x) + features.pow(2).mean()
+
+        def batched_local_loss(self, logits, features, y, label_counts):
+            return super().batched_local_loss(logits, features, y, label_counts) + features.pow(2).mean(dim=2)
+
+    for klass in (Doubled, FeaturePenalty):
+        algorithm = klass(_settings(), 4, NUM_CLASSES)
+        assert _closed_form_steps(algorithm, dense["mlp"], names["mlp"]) is None, klass.__name__
+    assert _has_batched_loss(FeaturePenalty(_settings(), 4, NUM_CLASSES))
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedlc", "fedprox"])
+def test_dense_models_outside_the_closed_form_agree(method: str) -> None:
+    """A dense model with activations the closed form does not take (Tanh, GELU, LeakyReLU) trains through
+    autograd with the method's batched loss, and agrees with the sequential path."""
+    for seq, vec in zip(_rounds(method, "custom", False, rounds=2), _rounds(method, "custom", True, rounds=2)):
         for client_id, loss in seq.client_losses.items():
             assert vec.client_losses[client_id] == pytest.approx(loss, rel=1e-5, abs=1e-6)
         for key, value in seq.global_state.items():

@@ -191,7 +191,7 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     # Dropout draws from the global generator: seed it per client so results do not depend on the
     # order clients train in. A model without such layers draws nothing there, and skipping the call
     # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
-    seed_per_client = draws_from_global_rng(model)
+    seed_per_client = not vectorised and draws_from_global_rng(model)  # (the vectorised path has no dropout)
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     global_bytes = tensor_bytes(global_state)  # what each participant downloads
     if vectorised:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.losses import batched_cross_entropy
+from fedskew.fl.losses import LogitAdjustment, batched_cross_entropy
 from fedskew.sgd import SGD
 
 StateDict = dict[str, torch.Tensor]
@@ -157,7 +157,8 @@ class FederatedAlgorithm(Algorithm):
     # each hook, so a subclass overriding a hook must declare it again:
     #   "local_loss"      reads only `client.label_counts`, uses ops `vmap` supports, and averages
     #                     over the batch with F.cross_entropy (padded rows have label -100, ignored);
-    #                     a `batched_local_loss` in the same class is used instead of `vmap` (faster);
+    #                     a `batched_local_loss` (or `batched_logit_adjustment`) in the same class is
+    #                     used instead of `vmap` (faster; the adjustment lets dense models skip autograd);
     #   "after_backward"  has a `vectorised_after_backward` in the same class.
     vectorised_hooks: ClassVar[tuple[str, ...]] = ()
 
@@ -193,10 +194,22 @@ class FederatedAlgorithm(Algorithm):
         `logits` [C, B, K], `features` [C, B, F], labels `y` [C, B] with -100 on padded rows,
         `label_counts` [C, K]. Returns each row's loss [C, B], 0 on padded rows; the engine
         averages each client's real rows, as `local_loss`'s F.cross_entropy averages its batch.
-        Used only where the class defining it also defines (or inherits unchanged)
-        `local_loss`; otherwise the vectorised path runs `local_loss` per client under `vmap`.
+        Used only where the class defining it (or the `batched_logit_adjustment` it uses) also
+        defines (or inherits unchanged) `local_loss`; otherwise the vectorised path runs
+        `local_loss` per client under `vmap`. This one is the cross entropy of the logits as
+        `batched_logit_adjustment` adjusts them; a method whose loss has that form overrides
+        only the adjustment, and the vectorised path then needs no autograd
+        (fedskew.engine.closed_form).
         """
-        return batched_cross_entropy(logits, y)
+        adjustment = self.batched_logit_adjustment(label_counts, logits.dtype).to(logits.device)
+        return batched_cross_entropy(adjustment.apply(logits), y)
+
+    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+        """Per client and class, how `batched_local_loss` adjusts the logits before its cross entropy.
+
+        `label_counts` [C, K]; tensors of `dtype` on its device. FedAvg: none (plain cross entropy).
+        """
+        return LogitAdjustment()
 
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
         """Adjust gradients between backward and the optimiser step."""

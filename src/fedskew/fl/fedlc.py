@@ -10,9 +10,9 @@ import torch
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
 from fedskew.fl.losses import (
+    LogitAdjustment,
     MissingClassTreatment,
-    batched_cross_entropy,
-    calibrated_logits,
+    calibration_margins,
     logit_calibrated_cross_entropy,
 )
 
@@ -27,7 +27,6 @@ class FedLC(MissingClassTreatment, FederatedAlgorithm):
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_calibrated_cross_entropy(logits, y, self.counts_for(client.label_counts), self.hp["tau"])
 
-    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
-                           label_counts: torch.Tensor) -> torch.Tensor:
-        counts = self.counts_for(label_counts).expand_as(label_counts).unsqueeze(1)  # [C, 1, K]
-        return batched_cross_entropy(calibrated_logits(logits, counts, self.hp["tau"]), y)
+    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+        counts = self.counts_for(label_counts).expand_as(label_counts).to(dtype)  # [C, K]
+        return LogitAdjustment(shift=-calibration_margins(counts, self.hp["tau"]), masked=counts == 0)

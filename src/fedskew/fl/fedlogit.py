@@ -15,10 +15,10 @@ import torch
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
 from fedskew.fl.losses import (
+    LogitAdjustment,
     MissingClassTreatment,
-    batched_cross_entropy,
+    log_prior,
     logit_adjusted_cross_entropy,
-    prior_adjusted_logits,
 )
 
 
@@ -32,7 +32,6 @@ class FedLogit(MissingClassTreatment, FederatedAlgorithm):
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_adjusted_cross_entropy(logits, y, self.counts_for(client.label_counts))
 
-    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
-                           label_counts: torch.Tensor) -> torch.Tensor:
-        counts = self.counts_for(label_counts).expand_as(label_counts).unsqueeze(1)  # [C, 1, K]
-        return batched_cross_entropy(prior_adjusted_logits(logits, counts), y)
+    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+        counts = self.counts_for(label_counts).expand_as(label_counts).to(dtype)  # [C, K]
+        return LogitAdjustment(shift=log_prior(counts), masked=counts == 0)

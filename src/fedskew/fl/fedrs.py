@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
-from fedskew.fl.losses import batched_cross_entropy
+from fedskew.fl.losses import LogitAdjustment
 
 
 class FedRS(FederatedAlgorithm):
@@ -47,10 +47,8 @@ class FedRS(FederatedAlgorithm):
         scales = self.class_scales(client.label_counts, logits.dtype).to(logits.device)
         return F.cross_entropy(logits * scales, y)
 
-    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
-                           label_counts: torch.Tensor) -> torch.Tensor:
-        scales = self.class_scales(label_counts, logits.dtype).to(logits.device).unsqueeze(1)  # [C, 1, K]
-        return batched_cross_entropy(logits * scales, y)
+    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+        return LogitAdjustment(scale=self.class_scales(label_counts, dtype))
 
 
 class FedRSSoft(FedRS):

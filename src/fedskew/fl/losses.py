@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -75,12 +76,16 @@ def logit_calibrated_cross_entropy(logits: torch.Tensor, y: torch.Tensor, label_
 def calibrated_logits(logits: torch.Tensor, label_counts: torch.Tensor, tau: float) -> torch.Tensor:
     """FedLC's z'_c = z_c − τ·n_c^(-1/4), a missing class masked to −∞.
 
-    `label_counts` broadcasts against `logits`: [K] for one client's [B, K] logits, or
-    [C, 1, K] for the vectorised path's [C, B, K].
+    `label_counts` broadcasts against `logits` ([K] for one client's [B, K] logits). The
+    vectorised path applies the same operations through FedLC's `LogitAdjustment`.
     """
     counts = label_counts.to(logits.dtype)
-    margins = tau * counts.clamp_min(1.0).pow(-0.25)
-    return (logits - margins).masked_fill(counts == 0, float("-inf"))
+    return (logits - calibration_margins(counts, tau)).masked_fill(counts == 0, float("-inf"))
+
+
+def calibration_margins(counts: torch.Tensor, tau: float) -> torch.Tensor:
+    """FedLC's margins τ·n_c^(-1/4) (a missing class's is that of n_c = 1; the caller masks it)."""
+    return tau * counts.clamp_min(1.0).pow(-0.25)
 
 
 def logit_adjusted_cross_entropy(logits: torch.Tensor, y: torch.Tensor, label_counts: torch.Tensor) -> torch.Tensor:
@@ -103,12 +108,55 @@ def logit_adjusted_cross_entropy(logits: torch.Tensor, y: torch.Tensor, label_co
 def prior_adjusted_logits(logits: torch.Tensor, label_counts: torch.Tensor) -> torch.Tensor:
     """z'_c = z_c + log p(c), p(c) = n_c / Σ_j n_j, a missing class masked to −∞.
 
-    `label_counts` broadcasts against `logits` ([K] or the vectorised path's [C, 1, K]);
-    the prior normalises over the last dimension, the classes.
+    `label_counts` broadcasts against `logits` ([K] for one client's [B, K] logits); the
+    prior normalises over the last dimension, the classes. The vectorised path applies the
+    same operations through FedLogit's `LogitAdjustment`.
     """
     counts = label_counts.to(device=logits.device, dtype=logits.dtype)
-    log_prior = torch.log(counts.clamp_min(1.0) / counts.sum(dim=-1, keepdim=True).clamp_min(1.0))
-    return (logits + log_prior).masked_fill(counts == 0, float("-inf"))
+    return (logits + log_prior(counts)).masked_fill(counts == 0, float("-inf"))
+
+
+def log_prior(counts: torch.Tensor) -> torch.Tensor:
+    """log p(c), p(c) = n_c / Σ_j n_j over the last dimension (a missing class's is that of n_c = 1; the caller masks it)."""
+    return torch.log(counts.clamp_min(1.0) / counts.sum(dim=-1, keepdim=True).clamp_min(1.0))
+
+
+@dataclass(frozen=True)
+class LogitAdjustment:
+    """The logits a cross entropy sees, per client and class: z'_c = s_c·z_c + t_c, a masked class −∞.
+
+    The form every logit-adjusting loss here takes for a stack of clients: FedLC's margins
+    (t = −τ·n_c^(-1/4)), the label prior of FedLogit (t = log p(c)), FedRS's scales (s);
+    FedAvg's plain cross entropy is the adjustment with nothing set. Each tensor is
+    [C, K] (clients, classes); None means s = 1, t = 0, nothing masked. Knowing the loss
+    in this form lets the vectorised path compute its gradient in closed form
+    (fedskew.engine.closed_form): ∂ℓ/∂z = s ⊙ (softmax(z') − onehot(y)).
+    """
+
+    scale: torch.Tensor | None = None
+    shift: torch.Tensor | None = None
+    masked: torch.Tensor | None = None
+
+    def apply(self, logits: torch.Tensor, classes_last: bool = True) -> torch.Tensor:
+        """z' for `logits` [C, B, K] (`classes_last`) or [C, K, B]: the same operations as the
+        per-client losses (`calibrated_logits`, `prior_adjusted_logits`), so the same values."""
+        def spread(per_class: torch.Tensor) -> torch.Tensor:
+            return per_class.unsqueeze(1) if classes_last else per_class.unsqueeze(2)
+
+        if self.scale is not None:
+            logits = logits * spread(self.scale)
+        if self.shift is not None:
+            logits = logits + spread(self.shift)
+        if self.masked is not None:
+            logits = logits.masked_fill(spread(self.masked), float("-inf"))
+        return logits
+
+    def head(self, clients: int) -> LogitAdjustment:
+        """The adjustment of the first `clients` clients."""
+        return LogitAdjustment(*(None if t is None else t[:clients] for t in (self.scale, self.shift, self.masked)))
+
+    def to(self, device: torch.device) -> LogitAdjustment:
+        return LogitAdjustment(*(None if t is None else t.to(device) for t in (self.scale, self.shift, self.masked)))
 
 
 def batched_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
