@@ -195,26 +195,43 @@ BATCHED_LOSSES = [("fedavg", {}), ("fedprox", {}), ("fedrs", {}), ("fedrs_soft",
                   ("fedlc", {"tau": 0.1}), ("fedlc_fedprox", {})]
 
 
+# A stack of clients for the per-row losses: label counts with missing classes (one client holds a
+# single class), batches of 6 of which each client's first REAL_ROWS are real, the rest padding.
+STACK_COUNTS = torch.tensor([[5, 0, 0, 1, 0, 0, 0, 0, 0, 0], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
+                             [0, 0, 0, 0, 0, 0, 0, 0, 9, 0], [0, 3, 0, 7, 0, 1, 0, 0, 0, 4]])
+STACK_SHAPE = (4, 6)  # clients, batch
+REAL_ROWS = [6, 1, 4, 6]
+
+
+def _stacked_method(method: str, hyperparameters: dict) -> FederatedAlgorithm:
+    algorithm = ALGORITHMS[method](_settings(), STACK_SHAPE[0], NUM_CLASSES, **hyperparameters)
+    algorithm.set_label_counts(STACK_COUNTS)
+    return algorithm
+
+
+def _padded_labels(generator: torch.Generator) -> torch.Tensor:
+    """Each client's labels drawn from its counts, IGNORE_INDEX past its real rows."""
+    labels = torch.stack([torch.multinomial(c.float(), STACK_SHAPE[1], replacement=True, generator=generator)
+                          for c in STACK_COUNTS])
+    for client, n in enumerate(REAL_ROWS):
+        labels[client, n:] = IGNORE_INDEX
+    return labels
+
+
 @pytest.mark.parametrize("method, hyperparameters", BATCHED_LOSSES)
 def test_batched_local_loss_is_local_loss_row_by_row(method: str, hyperparameters: dict) -> None:
     """Each client's rows of `batched_local_loss`, averaged over its real rows, equal `local_loss` on
     those rows alone, for clients with missing classes and padded (ignored) rows."""
     g = torch.Generator().manual_seed(3)
-    clients, batch = 4, 6
-    counts = torch.tensor([[5, 0, 0, 1, 0, 0, 0, 0, 0, 0], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
-                           [0, 0, 0, 0, 0, 0, 0, 0, 9, 0], [0, 3, 0, 7, 0, 1, 0, 0, 0, 4]])
-    algorithm = ALGORITHMS[method](_settings(), clients, NUM_CLASSES, **hyperparameters)
-    algorithm.set_label_counts(counts)
+    counts, (clients, batch) = STACK_COUNTS, STACK_SHAPE
+    algorithm = _stacked_method(method, hyperparameters)
     assert _has_batched_loss(algorithm)
     logits = torch.randn(clients, batch, NUM_CLASSES, generator=g) * 3
     features = torch.randn(clients, batch, 5, generator=g)
-    labels = torch.stack([torch.multinomial(c.float(), batch, replacement=True, generator=g) for c in counts])
-    real_rows = [6, 1, 4, 6]  # the rest of each batch is padding
-    for client, n in enumerate(real_rows):
-        labels[client, n:] = IGNORE_INDEX
+    labels = _padded_labels(g)
     rows = algorithm.batched_local_loss(logits, features, labels, counts)
     assert rows.shape == (clients, batch)
-    for client, n in enumerate(real_rows):
+    for client, n in enumerate(REAL_ROWS):
         context = ClientContext(client, 1, torch.arange(n), counts[client], torch.Generator(), 0)
         expected = algorithm.local_loss(logits[client, :n], features[client, :n], labels[client, :n], context)
         torch.testing.assert_close(rows[client, :n].mean(), expected, rtol=1e-6, atol=1e-6)
@@ -294,11 +311,8 @@ def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict,
     method's own `batched_local_loss`: clients at different parameters, missing classes (masked,
     floored, global), class scales, padded rows."""
     g = torch.Generator().manual_seed(5)
-    clients, batch = 4, 6
-    counts = torch.tensor([[5, 0, 0, 1, 0, 0, 0, 0, 0, 0], [2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
-                           [0, 0, 0, 0, 0, 0, 0, 0, 9, 0], [0, 3, 0, 7, 0, 1, 0, 0, 0, 4]])
-    algorithm = ALGORITHMS[method](_settings(), clients, NUM_CLASSES, **hyperparameters)
-    algorithm.set_label_counts(counts)
+    counts, (clients, batch) = STACK_COUNTS, STACK_SHAPE
+    algorithm = _stacked_method(method, hyperparameters)
     torch.manual_seed(1)
     model = _dense(model_name)
     names = [name for name, _ in model.named_parameters()]
@@ -306,9 +320,7 @@ def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict,
     assert steps is not None
     params = [p.detach() + 0.3 * torch.randn(clients, *p.shape, generator=g) for p in model.parameters()]
     inputs = torch.randn(clients, batch, 1, 8, 8, generator=g)
-    labels = torch.stack([torch.multinomial(c.float(), batch, replacement=True, generator=g) for c in counts])
-    for client, n in enumerate([6, 1, 4, 6]):  # the rest of each batch is padding
-        labels[client, n:] = IGNORE_INDEX
+    labels = _padded_labels(g)
     weights = (labels != IGNORE_INDEX).float()
     weights /= weights.sum(dim=1, keepdim=True)
 
