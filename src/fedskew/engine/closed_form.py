@@ -42,6 +42,17 @@ def supports_closed_form(steps: list) -> bool:
     return all(not isinstance(step, nn.Module) or isinstance(step, (nn.ReLU, *_PASS_THROUGH)) for step in steps)
 
 
+def dense_step_forward(step: nn.Module | tuple, params: list[torch.Tensor], h: torch.Tensor) -> torch.Tensor:
+    """One step of a dense chain on activations [C, features, B]: a linear layer's batched
+    `baddbmm(b, W, h)` (W [C, out, in]) or an elementwise module. The vectorised dense forward's
+    layer and this module's forward."""
+    if isinstance(step, nn.Module):
+        return step(h)
+    if step[1] is None:
+        return torch.bmm(params[step[0]], h)
+    return torch.baddbmm(params[step[1]].unsqueeze(2), params[step[0]], h)
+
+
 def one_hot_targets(labels: torch.Tensor, weights: torch.Tensor, num_classes: int) -> torch.Tensor:
     """w·[c = y] for rows of labels [N, B] and weights [N, B]: [N, K, B] (0 on padded rows).
 
@@ -63,17 +74,12 @@ def closed_form_step(steps: list, params: list[torch.Tensor], inputs: torch.Tens
     """
     clients, batch = labels.shape
     h = inputs.reshape(clients, batch, -1).transpose(1, 2)  # [C, features, B]
-    step_inputs = []
-    for step in steps:
+    step_inputs, first_linear = [], None
+    for position, step in enumerate(steps):
         step_inputs.append(h)
-        if isinstance(step, nn.ReLU):
-            h = torch.relu(h)
-        elif isinstance(step, _PASS_THROUGH):
-            continue
-        elif step[1] is None:
-            h = torch.bmm(params[step[0]], h)
-        else:
-            h = torch.baddbmm(params[step[1]].unsqueeze(2), params[step[0]], h)
+        if first_linear is None and not isinstance(step, nn.Module):
+            first_linear = position
+        h = dense_step_forward(step, params, h)
 
     # h: the logits, [C, K, B]; the loss as F.cross_entropy computes it (padded rows: 0)
     log_p = torch.log_softmax(adjustment.apply(h, classes_last=False), dim=1)
@@ -83,7 +89,6 @@ def closed_form_step(steps: list, params: list[torch.Tensor], inputs: torch.Tens
         g = g.mul_(adjustment.scale.unsqueeze(2))  # ∂/∂z
 
     grads: list[torch.Tensor | None] = [None] * len(params)
-    first_linear = next(i for i, step in enumerate(steps) if not isinstance(step, nn.Module))
     for position in range(len(steps) - 1, first_linear - 1, -1):
         step, step_input = steps[position], step_inputs[position]
         if isinstance(step, nn.ReLU):

@@ -52,6 +52,7 @@ from torch.func import functional_call, vmap
 
 from fedskew.engine.closed_form import (
     closed_form_step,
+    dense_step_forward,
     one_hot_targets,
     supports_closed_form,
 )
@@ -190,12 +191,7 @@ def _dense_forward(model: nn.Module, names: list[str]) -> _Forward | None:
 
     def run(steps: list, params: list[torch.Tensor], h: torch.Tensor) -> torch.Tensor:
         for step in steps:
-            if isinstance(step, nn.Module):
-                h = step(h)
-            elif step[1] is None:
-                h = torch.bmm(params[step[0]], h)
-            else:
-                h = torch.baddbmm(params[step[1]].unsqueeze(2), params[step[0]], h)
+            h = dense_step_forward(step, params, h)
         return h
 
     def forward(params: list[torch.Tensor], inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
