@@ -358,7 +358,7 @@ def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
     print("\n".join(_table(rows, right=(2, 3, 4))))
     print("\narrives: embedded = generated here, no network; download = fetched and checked (offline: place the\n"
           "files by hand); files by hand = no download exists. prepared: data/raw/<dataset>/READY.json exists\n"
-          "for this spec. See the README, \"Datasets and working offline\".")
+          "for this spec. See docs/datasets.md.")
 
 
 def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:

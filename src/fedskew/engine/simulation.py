@@ -279,7 +279,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     device = resolve_device(training["device"])
     if device.type == "cuda":
         # CPU kernels used here are deterministic already; on GPU ask for deterministic
-        # kernels where they exist (some remain non-deterministic: see the README).
+        # kernels where they exist (some remain non-deterministic: see docs/reliability.md).
         # cuBLAS needs a fixed workspace for deterministic matmuls (read at CUDA init).
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False

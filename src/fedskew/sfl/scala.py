@@ -12,7 +12,7 @@ server concatenates them into one batch of ≈B and
 clients back-propagate G_k (Eq. 9); after T iterations the client parts are averaged
 weighted by |D_k| (Eq. 10).
 
-Choices where the paper is silent (all recorded in the README):
+Choices where the paper is silent (all recorded in docs/split-learning.md):
 
 - l(w_s; A_k, Y_k) in Eq. 8 is the mean over client k's B_k samples (the loss *of
   client k*), the server loss the mean over the concatenated batch. G_k therefore does
