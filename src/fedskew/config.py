@@ -54,8 +54,9 @@ EXECUTION_SETTINGS = ("threads", "on_divergence")
 # Method options added after results were published, with the behaviour those results had.
 # A run's id includes such an option only when it is set to something else.
 LATER_OPTIONS = {"missing_classes": "mask"}
-# The same for training settings: `execution` (vectorised clients) came after the published runs.
-LATER_TRAINING_OPTIONS = {"execution": "sequential"}
+# The same for training settings: `execution` (vectorised clients) and `precision` came after the
+# published runs.
+LATER_TRAINING_OPTIONS = {"execution": "sequential", "precision": "fp32"}
 PARTITION_DEFAULTS: dict[str, dict[str, Any]] = {"dirichlet": {"min_size": 10, "max_redraws": 1000}}
 
 
@@ -353,6 +354,9 @@ def _cross_checks(raw: dict) -> list[str]:
                 if resolved["split_point"] not in points:
                     problems.append(f"training.{name}: split_point {resolved['split_point']!r} is not a split point "
                                     f"of model {model!r}; known: {', '.join(points)}")
+            if resolved.get("precision") == "tf32" and resolved["device"] == "cpu":
+                problems.append(f"training.{name}: precision 'tf32' needs an NVIDIA GPU, but device is 'cpu'; use "
+                                "fp32 or bf16 on a CPU, or device cuda/auto")
             if resolved.get("local_diagnostics"):
                 split = [m for m in suite["methods"]
                          if raw.get("methods", {}).get(m, {"algorithm": m})["algorithm"] in SPLIT_ALGORITHMS]

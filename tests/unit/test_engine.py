@@ -428,15 +428,6 @@ def test_progress_logs_a_line_every_tenth_of_the_run_with_rate_and_eta(caplog, m
     assert all("rounds/s ETA" in line for line in lines)
 
 
-def test_only_models_with_dropout_are_reseeded_per_client() -> None:
-    from fedskew.engine.simulation import draws_from_global_rng
-    from fedskew.models import build_model, example_info
-
-    assert draws_from_global_rng(build_model("alexnet", example_info("alexnet")))
-    for name in ("logreg", "mlp", "cnn", "resnet18"):
-        assert not draws_from_global_rng(build_model(name, example_info(name))), name
-
-
 def test_a_streamed_round_reads_the_client_state_without_copying_it(project, tiny_params) -> None:
     from fedskew.engine.simulation import train_client
     from fedskew.fl.base import ClientContext, TrainingSettings

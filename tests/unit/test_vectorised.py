@@ -30,7 +30,8 @@ from fedskew.engine.vectorised import (
 )
 from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings
 from fedskew.fl.losses import IGNORE_INDEX
-from fedskew.models import build_model
+from fedskew.models import alexnet, build_model
+from fedskew.models.dropout import Dropout
 from fedskew.models.net import SplittableNet
 from tests.conftest import method_config, single_setting
 from tests.unit.helpers import DIGITS_INFO
@@ -159,7 +160,9 @@ def test_models_and_settings_that_block_vectorisation() -> None:
     algorithm = FederatedAlgorithm(_settings(), 4, NUM_CLASSES)
     assert "augmentation" in vectorisation_blocker(algorithm, build_model("mlp", DIGITS_INFO), augmented=True)
     dropout = SplittableNet(OrderedDict(flat=nn.Flatten(), drop=nn.Dropout(0.5)), 64, NUM_CLASSES, ("flat",))
-    assert "dropout" in vectorisation_blocker(algorithm, dropout, augmented=False)
+    assert "nn.Dropout" in vectorisation_blocker(algorithm, dropout, augmented=False)
+    own_dropout = SplittableNet(OrderedDict(flat=nn.Flatten(), drop=Dropout(0.5)), 64, NUM_CLASSES, ("flat",))
+    assert vectorisation_blocker(algorithm, own_dropout, augmented=False) is None
     norm = SplittableNet(OrderedDict(flat=nn.Flatten(), bn=nn.BatchNorm1d(64)), 64, NUM_CLASSES, ("flat",))
     assert "batch normalisation" in vectorisation_blocker(algorithm, norm, augmented=False)
 
@@ -247,6 +250,8 @@ def _dense(model_name: str) -> nn.Module:
         stages = OrderedDict(flat=nn.Flatten(), fc1=nn.Linear(64, 12, bias=False), act1=nn.ReLU(),
                              block=nn.Sequential(nn.Linear(12, 7), nn.ReLU(), nn.Identity()))
         return SplittableNet(stages, 7, NUM_CLASSES, ("act1",))
+    if model_name == "alexnet_small":  # SCALA's AlexNet with narrow hidden layers: two dropout layers
+        return alexnet(DIGITS_INFO, hidden=32)
     return build_model(model_name, DIGITS_INFO)
 
 
@@ -390,13 +395,27 @@ def test_vectorised_cnn_agrees_with_sequential() -> None:
         torch.testing.assert_close(vec[0].global_state[key], value, rtol=1e-4, atol=1e-5, msg=key)
 
 
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "fedlc"])
+def test_vectorised_round_with_dropout_agrees_with_sequential(method: str) -> None:
+    """Each client's dropout masks come from its own generator: drawn in advance for the batched step, on the
+    fly in the sequential one, they are the same masks, so the two paths agree to round-off."""
+    seq = _rounds(method, "alexnet_small", False, rounds=2, settings=_settings(epochs=1))
+    vec = _rounds(method, "alexnet_small", True, rounds=2, settings=_settings(epochs=1))
+    for s, v in zip(seq, vec):
+        for key, value in s.global_state.items():
+            torch.testing.assert_close(v.global_state[key], value, rtol=1e-4, atol=1e-5, msg=key)
+        assert v.client_losses == pytest.approx(s.client_losses, rel=1e-4)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a lent device machine)")
-@pytest.mark.parametrize("method, model_name", [(m, "mlp") for m in VECTORISED] + [("fedavg", "cnn"), ("fedlc", "cnn")])
+@pytest.mark.parametrize("method, model_name", [(m, "mlp") for m in VECTORISED] + [("fedavg", "cnn"), ("fedlc", "cnn"),
+                                                                      ("fedavg", "alexnet_small")])
 def test_vectorised_round_agrees_with_sequential_on_gpu(method: str, model_name: str) -> None:
     """The GPU is where the vectorised path is meant to run. cuDNN may pick other convolution
     algorithms for the batched (grouped) convolutions, and convolutions may use TF32 by
     default, hence the looser tolerance for the CNN."""
     tolerance = {"rtol": 1e-5, "atol": 1e-6} if model_name == "mlp" else {"rtol": 2e-3, "atol": 2e-4}
+    # (AlexNet: each client's dropout masks from its own CUDA generator, drawn the same on both paths)
     sequential = _rounds(method, model_name, False, rounds=2, device="cuda")
     vectorised = _rounds(method, model_name, True, rounds=2, device="cuda")
     for seq, vec in zip(sequential, vectorised):

@@ -9,9 +9,11 @@ Each client's local training in round r draws from its own generator seeded by
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 _SCHEDULE_STREAM = 1
 _CLIENT_STREAM = 2
+_DROPOUT_STREAM = 4  # (3 is the split round's server stream, engine.simulation)
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -32,3 +34,12 @@ def sampling_schedule(seed: int, num_clients: int, per_round: int, rounds: int) 
 
 def client_seed(seed: int, round_: int, client: int) -> int:
     return derive_seed(seed, _CLIENT_STREAM, round_, client)
+
+
+def dropout_generator(client_seed_: int, device: torch.device) -> torch.Generator:
+    """The generator a client's dropout masks come from in one round (fedskew.models.dropout), on `device`.
+
+    Derived from the client's (seed, round, client) seed, apart from the stream its
+    minibatches are drawn from, so adding dropout to a model leaves the batches unchanged.
+    """
+    return torch.Generator(device=device).manual_seed(derive_seed(client_seed_, _DROPOUT_STREAM))

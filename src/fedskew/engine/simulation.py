@@ -9,6 +9,7 @@ FederatedAlgorithm hooks, then `aggregate`) or a split method's own `run_round`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -31,10 +32,18 @@ from fedskew.data.partition import load_partition
 from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedskew.engine.diagnostics import LocalDiagnostics
 from fedskew.engine.evaluate import evaluate
-from fedskew.engine.sampling import client_seed, clients_per_round, derive_seed, sampling_schedule
+from fedskew.engine.precision import configure_precision, precision_scope
+from fedskew.engine.sampling import (
+    client_seed,
+    clients_per_round,
+    derive_seed,
+    dropout_generator,
+    sampling_schedule,
+)
 from fedskew.engine.vectorised import choose_execution, round_parallelism, train_clients_vectorised
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, RoundResult, TrainingSettings
 from fedskew.models import build_model
+from fedskew.models.dropout import dropout_layers, has_foreign_dropout, masks_from
 from fedskew.models.split import SplitView, split_model
 from fedskew.sfl.base import SplitRound
 
@@ -188,10 +197,12 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     same order.
     """
     stream = algorithm.begin_aggregate(global_state, [c.num_samples for c in clients])
-    # Dropout draws from the global generator: seed it per client so results do not depend on the
-    # order clients train in. A model without such layers draws nothing there, and skipping the call
-    # changes no number (it costs a stack-trace capture per client on a CUDA build of torch).
-    seed_per_client = not vectorised and draws_from_global_rng(model)  # (the vectorised path has no dropout)
+    # fedskew's Dropout draws each client's masks from the client's own generator. A foreign dropout
+    # layer draws from the global generator: seed it per client so results do not depend on the order
+    # clients train in. A model without such layers draws nothing there, and skipping the call changes
+    # no number (it costs a stack-trace capture per client on a CUDA build of torch).
+    own_dropout = not vectorised and bool(dropout_layers(model))  # (the vectorised path draws them itself)
+    seed_per_client = not vectorised and has_foreign_dropout(model)
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     global_bytes = tensor_bytes(global_state)  # what each participant downloads
     if vectorised:
@@ -209,9 +220,11 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
         else:
             if seed_per_client:
                 torch.manual_seed(client.seed)
-            # a fold reads the client's state once, right away: no copy of it is needed
-            update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
-                                  copy_state=stream is None, slots=slots)
+            masks = masks_from(model, dropout_generator(client.seed, x.device)) if own_dropout \
+                else contextlib.nullcontext()
+            with masks:  # a fold reads the client's state once, right away: no copy of it is needed
+                update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
+                                      copy_state=stream is None, slots=slots)
         if after_local is not None:
             after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
@@ -223,11 +236,6 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     new_state = stream.finish(updates) if stream is not None else algorithm.aggregate(global_state, updates)
     return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},
                        {u.client_id: u.num_samples for u in updates}, traffic)
-
-
-def draws_from_global_rng(model: torch.nn.Module) -> bool:
-    """Whether training `model` draws from torch's global generator (dropout layers do)."""
-    return any(isinstance(module, torch.nn.modules.dropout._DropoutNd) for module in model.modules())
 
 
 class Progress:
@@ -284,6 +292,8 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
         torch.use_deterministic_algorithms(True, warn_only=True)
+    precision = training.get("precision", "fp32")
+    configure_precision(precision, device)
 
     data = registry.load(cfg.dataset, cfg.dataset_spec, root)
     partition = load_partition(root / cfg.path(paths.PARTITION))
@@ -356,16 +366,17 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                                              torch.Generator().manual_seed(seed), seed))
             evaluated = round_ % training["eval_every"] == 0 or round_ == rounds
             diagnose = diagnostics if evaluated and diagnostics is not None else None
-            if diagnose is not None:
-                diagnose.begin_round(model, global_state)
-            if view is None:
-                outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id,
-                                          augment, diagnose.after_local if diagnose else None, vectorise)
-            else:
-                torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
-                outcome = algorithm.run_round(SplitRound(
-                    round_, view, global_state, clients, x_train, y_train,
-                    torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_)), augment))
+            with precision_scope(precision, device):
+                if diagnose is not None:
+                    diagnose.begin_round(model, global_state)
+                if view is None:
+                    outcome = federated_round(algorithm, model, global_state, clients, x_train, y_train, cfg.run_id,
+                                              augment, diagnose.after_local if diagnose else None, vectorise)
+                else:
+                    torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
+                    outcome = algorithm.run_round(SplitRound(
+                        round_, view, global_state, clients, x_train, y_train,
+                        torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_)), augment))
             check_finite(outcome, cfg.run_id, round_)
             global_state = outcome.global_state
             total = sum(outcome.client_samples.values())
@@ -380,8 +391,9 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
             if diagnose is not None:
                 row.update(diagnose.row())
             if evaluated:
-                metrics = algorithm.evaluate_global(
-                    model, global_state, lambda m: evaluate(m, x_test, y_test, data.num_classes))
+                with precision_scope(precision, device):
+                    metrics = algorithm.evaluate_global(
+                        model, global_state, lambda m: evaluate(m, x_test, y_test, data.num_classes))
                 row.update({f"test_{k}": v for k, v in metrics.items() if k != "per_class_acc"})
                 row.update({f"test_acc_class{c}": v for c, v in enumerate(metrics["per_class_acc"])})
             # after evaluation: a method may report numbers from it (SplitFedV3's personalised accuracy)

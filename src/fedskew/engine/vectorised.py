@@ -31,9 +31,12 @@ agree to float round-off, not bit for bit (tested for every method that vectoris
 
 What can run here (`vectorisation_blocker` says why not, and the engine falls back to the
 sequential path and logs it):
-- the model: every parameter in `body` or `head`; no dropout (it draws from torch's global
-  generator, per client in the sequential path) and no batch normalisation (its batch
-  statistics would include the padded rows, and it updates buffers);
+- the model: every parameter in `body` or `head`; dropout only as fedskew's `Dropout`, whose
+  masks each client draws from its own generator: this path draws them in advance, per
+  step, client and layer, in the order and shapes the sequential path draws them, so both
+  paths apply the same masks (a plain `nn.Dropout` draws from torch's global generator);
+  no batch normalisation (its batch statistics would include the padded rows, and it
+  updates buffers);
 - no augmentation (it draws from each client's generator between batches);
 - the method: each client-side hook it overrides must be declared vectorisable by the
   class that defines it (`FederatedAlgorithm.vectorised_hooks`). `begin_local` always runs,
@@ -57,7 +60,9 @@ from fedskew.engine.closed_form import (
     supports_closed_form,
 )
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
+from fedskew.engine.sampling import dropout_generator
 from fedskew.fl.losses import IGNORE_INDEX
+from fedskew.models.dropout import Dropout, draw_mask, dropout_plan, given_masks, has_foreign_dropout
 from fedskew.sgd import sgd_update
 
 EXECUTIONS = ("auto", "sequential", "vectorised")
@@ -84,9 +89,9 @@ def vectorisation_blocker(algorithm: FederatedAlgorithm, model: nn.Module, augme
     """Why this method/model/augmentation cannot train vectorised, or None if it can."""
     if augmented:
         return "training.augmentation draws from each client's generator between batches"
+    if has_foreign_dropout(model):
+        return "the model has an nn.Dropout, which draws from torch's global generator (fedskew's Dropout does not)"
     for module in model.modules():
-        if isinstance(module, nn.modules.dropout._DropoutNd):
-            return "the model has dropout, which draws from torch's global generator"
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             return "the model has batch normalisation, whose batch statistics would include padded rows"
     if not all(p.requires_grad for p in model.parameters()):
@@ -141,7 +146,8 @@ def choose_execution(setting: str, algorithm: FederatedAlgorithm, model: nn.Modu
 
 # Layers a dense model may hold besides nn.Linear: they act elementwise, so any layout suits them.
 _ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Identity)
-_Forward = Callable[[list[torch.Tensor], torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# (client parameters, inputs, dropout masks) -> (features, logits), each with a leading client dimension
+_Forward = Callable[[list[torch.Tensor], torch.Tensor, list[torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
 
 
 def _dense_steps(module: nn.Module, prefix: str, position: dict[str, int]) -> list | None:
@@ -194,22 +200,44 @@ def _dense_forward(model: nn.Module, names: list[str]) -> _Forward | None:
             h = dense_step_forward(step, params, h)
         return h
 
-    def forward(params: list[torch.Tensor], inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(params: list[torch.Tensor], inputs: torch.Tensor, masks: list[torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:  # a dense chain has no dropout: masks is empty
         features = run(body, params, inputs.reshape(inputs.shape[0], inputs.shape[1], -1).transpose(1, 2))
         return features.transpose(1, 2), run(head, params, features).transpose(1, 2)
 
     return forward
 
 
-def _vmapped_forward(model: nn.Module, names: list[str]) -> _Forward:
-    """Any other model: its own forward per client under `vmap`, with `functional_call`."""
+def _vmapped_forward(model: nn.Module, names: list[str], dropouts: list[Dropout]) -> _Forward:
+    """Any other model: its own forward per client under `vmap`, with `functional_call`; dropout layer i
+    applies the client's slice of masks[i]."""
     body_and_head = _BodyAndHead(model)
     buffers = dict(model.named_buffers())
 
-    def forward(client_params: list[torch.Tensor], inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return functional_call(body_and_head, (dict(zip(names, client_params)), buffers), (inputs,))
+    def forward(client_params: list[torch.Tensor], inputs: torch.Tensor, masks: list[torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        with given_masks(dropouts, masks):
+            return functional_call(body_and_head, (dict(zip(names, client_params)), buffers), (inputs,))
 
     return vmap(forward)
+
+
+def _step_masks(plan: list[tuple[Dropout, tuple[int, ...]]], generators: list[torch.Generator],
+                real_rows: list[int], batch_size: int, device: torch.device) -> list[torch.Tensor]:
+    """One step's dropout masks, [clients, batch_size, *features] per layer.
+
+    Client by client, layer by layer in forward order, each mask of the client's real rows
+    drawn from its generator: the draws the sequential path makes in that client's step.
+    Padded rows keep every unit (their loss weight is 0).
+    """
+    per_layer: list[list[torch.Tensor]] = [[] for _ in plan]
+    for generator, rows in zip(generators, real_rows):
+        for masks, (layer, features) in zip(per_layer, plan):
+            mask = draw_mask(layer.p, (rows, *features), generator, device)
+            if rows < batch_size:
+                mask = torch.cat([mask, mask.new_ones((batch_size - rows, *features))])
+            masks.append(mask)
+    return [torch.stack(masks) for masks in per_layer]
 
 
 def _defining_class(klass: type, attribute: str) -> type:
@@ -346,7 +374,15 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
     # still training (a prefix of the stack), [sum over steps of the active clients, batch].
     active_at = [sum(1 for s in sorted_steps if s > step) for step in range(max_steps)]
     training = torch.arange(len(clients)).unsqueeze(0) < torch.tensor(active_at, dtype=torch.int64).unsqueeze(1)
-    batches = by_client.view(len(clients), max_steps, batch_size).transpose(0, 1)[training].to(x.device)
+    batches = by_client.view(len(clients), max_steps, batch_size).transpose(0, 1)[training]
+    # dropout: each client's masks from its own generator, drawn for its real rows (counted here, on
+    # the CPU, so that drawing them costs no device sync)
+    model.train()
+    plan = dropout_plan(model, x[:1]) if any(isinstance(m, Dropout) for m in model.modules()) else []
+    dropouts = [layer for layer, _ in plan]
+    generators = [dropout_generator(clients[i].seed, x.device) for i in order] if plan else []
+    real_rows = (batches >= 0).sum(dim=1).tolist() if plan else []
+    batches = batches.to(x.device)
     real = batches >= 0
     rows = batches.clamp_min(0)
     labels_all = y.index_select(0, rows.view(-1)).view_as(batches).masked_fill_(~real, IGNORE_INDEX)  # ignored
@@ -370,7 +406,7 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
     if closed_form:
         adjustment = algorithm.batched_logit_adjustment(counts, params[0].dtype).to(x.device)
     else:
-        batched_forward = _dense_forward(model, names) or _vmapped_forward(model, names)
+        batched_forward = _dense_forward(model, names) or _vmapped_forward(model, names, dropouts)
         objective = _batched_objective(algorithm) if _has_batched_loss(algorithm) else _vmapped_objective(algorithm)
     # the inputs of many steps are gathered at once (one indexing op instead of one per step), a block
     # of at most GATHER_BYTES at a time; on the closed-form path with each row's weighted one-hot target
@@ -401,7 +437,8 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
                                              weights_all[batch], block_targets[in_block], adjustment_now)
         else:
             live = [p.detach().requires_grad_(True) for p in params_now]
-            features, logits = batched_forward(live, inputs)
+            masks = _step_masks(plan, generators[:active], real_rows[batch], batch_size, x.device) if plan else []
+            features, logits = batched_forward(live, inputs, masks)
             total, losses = objective(logits, features, labels_all[batch], counts_now, weights_all[batch])
             grads = list(torch.autograd.grad(total, live, allow_unused=True))
         if needs_start:

@@ -18,6 +18,7 @@ from math import prod
 from torch import nn
 
 from fedskew.data.registry import DatasetInfo
+from fedskew.models.dropout import Dropout
 from fedskew.models.mobilenet import mobilenetv2
 from fedskew.models.net import InputNeeds, SplittableNet
 from fedskew.models.paper_nets import (
@@ -79,7 +80,8 @@ def alexnet(info: DatasetInfo, hidden: int = 4096) -> SplittableNet:
     dropout 0.5; fc 4096 + ReLU; head fc 4096 → num_classes. The Fashion-MNIST variant is
     our reconstruction too: the same net with one input channel on 28×28 inputs. The
     flatten size follows the input (256·4·4 for 32×32, 256·3·3 for 28×28, 256·1·1 for the
-    offline 8×8 digits), so the net builds for any image at least 8×8.
+    offline 8×8 digits), so the net builds for any image at least 8×8. Its dropout layers are
+    fedskew's `Dropout` (fedskew.models.dropout): a client's masks come from its own generator.
 
     Layer count (SCALA: "the first 6 layers as the client-side model and the last 8 layers
     as the server-side model", 14 in all): a conv with its ReLU is one layer, and pools,
@@ -101,8 +103,8 @@ def alexnet(info: DatasetInfo, hidden: int = 4096) -> SplittableNet:
         conv4=nn.Conv2d(384, 256, 3, padding=1), relu4=nn.ReLU(),
         conv5=nn.Conv2d(256, 256, 3, padding=1), relu5=nn.ReLU(), pool3=nn.MaxPool2d(2),
         flatten=nn.Flatten(),
-        drop1=nn.Dropout(0.5), fc1=nn.Linear(256 * pooled, hidden), relu6=nn.ReLU(),
-        drop2=nn.Dropout(0.5), fc2=nn.Linear(hidden, hidden), relu7=nn.ReLU(),
+        drop1=Dropout(0.5), fc1=nn.Linear(256 * pooled, hidden), relu6=nn.ReLU(),
+        drop2=Dropout(0.5), fc2=nn.Linear(hidden, hidden), relu7=nn.ReLU(),
     )
     # S2 first: it is the default (SCALA's "first 6 layers on the client").
     split_points = {"S2": "relu4", "S1": "pool2", "S3": "pool3", "S4": "relu6", "S5": "relu7"}
