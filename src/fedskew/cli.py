@@ -15,6 +15,8 @@ from pathlib import Path
 
 from fedskew import paths
 from fedskew.config import ConfigError, Params, RunConfig, load_params
+from fedskew.packed.commands import add_parser as add_packed_parser
+from fedskew.packed.commands import cmd_packed
 from fedskew.runfiles import RunFileError, read_history, read_metrics, write_run_files
 
 log = logging.getLogger("fedskew")
@@ -429,13 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", required=True, help="e.g. fedlc_t4 (see src/fedskew/reproduce/papers/)")
     sub.add_parser("claims", help="the claims ledger: every paper claim with its verdict (results/claims.md)")
     sub.add_parser("cost", help="runs and estimated compute of every paper table (markdown)")
+    add_packed_parser(sub)
     return parser
 
 
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
             "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
-            "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost}
+            "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the
@@ -444,6 +447,7 @@ _REPORTED_ERRORS = (
     ("fedskew.data.fetch", ("DatasetUnavailableError", "DatasetCorruptError"), 2),
     ("fedskew.data.partition", ("PartitionError",), 2),
     ("fedskew.engine.simulation", ("NonFiniteError",), 1),
+    ("fedskew.packed.archive", ("ArchiveError",), 2),
 )
 
 

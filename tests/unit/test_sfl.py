@@ -317,6 +317,72 @@ def test_every_split_method_survives_single_class_and_tiny_clients(name) -> None
     assert all(math.isfinite(loss) for loss in result.client_losses.values())
 
 
+# --------------------------------------------------------------------------- stacked client parts
+
+def _alexnet_rounds(name: str, vectorised: bool, rounds: int = 2, **hyperparameters) -> list:
+    """SCALA-family rounds of a narrow AlexNet cut at S2 (convolutions on the client, dropout on the server),
+    with uneven clients (one of a single sample), momentum and weight decay."""
+    from fedskew.algorithms import ALGORITHMS
+    from fedskew.models import alexnet
+    from tests.unit.helpers import DIGITS_INFO
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(108, 1, 8, 8, generator=g), torch.randint(0, 10, (108,), generator=g)
+    model = alexnet(DIGITS_INFO, hidden=16)
+    view = split_model(model, "S2")
+    settings = TrainingSettings(local_epochs=1, batch_size=32, lr=0.05, momentum=0.9, weight_decay=1e-3)
+    algorithm = ALGORITHMS[name](settings, 6, 10, local_iterations=3, server_batch=40, **hyperparameters)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    outcomes = []
+    sizes = (3, 8, 29, 17, 1, 50)
+    for round_ in range(1, rounds + 1):
+        clients, start = [], 0
+        for k, size in enumerate(sizes):
+            idx = torch.arange(start, start + size)
+            start += size
+            clients.append(ClientContext(k, round_, idx, torch.bincount(y[idx], minlength=10),
+                                         torch.Generator().manual_seed(100 * round_ + k)))
+        torch.manual_seed(round_)  # the server part's dropout, as the engine seeds it per round
+        outcome = algorithm.run_round(SplitRound(round_, view, state, clients, x, y,
+                                                 torch.Generator().manual_seed(round_), vectorised=vectorised))
+        state = outcome.global_state
+        outcomes.append(outcome)
+    return outcomes
+
+
+@pytest.mark.parametrize("name, hyperparameters", [("scala", {}), ("scala_concat", {}), ("scala_server_la", {}),
+                                                   ("scala", {"missing_classes": "floor"})])
+def test_stacked_client_parts_agree_with_one_after_another(name: str, hyperparameters: dict) -> None:
+    sequential = _alexnet_rounds(name, False, **hyperparameters)
+    stacked = _alexnet_rounds(name, True, **hyperparameters)
+    for seq, vec in zip(sequential, stacked):
+        assert vec.traffic == seq.traffic and vec.client_samples == seq.client_samples
+        assert vec.client_losses == pytest.approx(seq.client_losses, rel=1e-4, abs=1e-6)
+        for key, value in seq.global_state.items():
+            torch.testing.assert_close(vec.global_state[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_which_split_methods_stack_their_client_parts_and_why_not() -> None:
+    from fedskew.algorithms import ALGORITHMS
+    from fedskew.engine.vectorised import choose_split_execution
+    from fedskew.models import alexnet
+    from tests.unit.helpers import DIGITS_INFO
+
+    view = split_model(alexnet(DIGITS_INFO, hidden=16), "S2")
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    scala = ALGORITHMS["scala"](PLAIN_SGD, 4, 10)
+    assert choose_split_execution("vectorised", scala, view.client, cpu)[0]
+    assert choose_split_execution("auto", scala, view.client, gpu)[0]
+    assert "pays on a GPU only" in choose_split_execution("auto", scala, view.client, cpu)[1]
+    assert not choose_split_execution("sequential", scala, view.client, gpu)[0]
+    for other in ("splitfed_v1", "splitfed_v2", "splitfed_v3", "sfl_local_loss"):
+        vectorise, why = choose_split_execution("vectorised", ALGORITHMS[other](PLAIN_SGD, 4, 10), view.client, gpu)
+        assert not vectorise and "one after another" in why, other
+    deep = split_model(alexnet(DIGITS_INFO, hidden=16), "S4")  # the first dropout is on the client
+    assert "dropout" in choose_split_execution("vectorised", scala, deep.client, gpu)[1]
+
+
 # --------------------------------------------------------------------------- through the engine
 
 @pytest.fixture
@@ -335,6 +401,26 @@ def test_alexnet_split_run_with_dropout_resumes_bit_identically(project, tiny_pa
         run_training(cfg, stop_after_round=2)
     assert run_training(cfg).history == uninterrupted
     assert uninterrupted[-1]["bytes_down_gradients"] == uninterrupted[-1]["bytes_up_activations"] > 0
+
+
+def test_a_vectorised_split_run_stacks_its_client_parts_and_agrees(project, tiny_params, caplog) -> None:
+    from fedskew.sfl.base import StackedClientParts
+
+    training = dict(model="cnn", rounds=3, eval_every=1, participation=1.0)
+    sequential = run_training(method_config(tiny_params, "scala", training, local_iterations=2, server_batch=32))
+    stacked_cfg = method_config(tiny_params, "scala", {**training, "execution": "vectorised"},
+                                local_iterations=2, server_batch=32)
+    made = []
+    original = StackedClientParts.__init__
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StackedClientParts, "__init__", lambda self, *a: made.append(1) or original(self, *a))
+        with caplog.at_level("INFO", logger="fedskew.engine.simulation"):
+            stacked = run_training(stacked_cfg)
+    assert stacked.execution == "vectorised" and len(made) == 3  # one stack per round
+    assert "client parts train at once" in caplog.text
+    for seq, vec in zip(sequential.history, stacked.history):
+        assert vec["test_acc"] == pytest.approx(seq["test_acc"], abs=0.01)
+        assert vec["train_loss"] == pytest.approx(seq["train_loss"], rel=1e-4)
 
 
 def test_split_point_chooses_the_cut_and_the_traffic_follows(project, tiny_params) -> None:

@@ -266,7 +266,7 @@ def test_dense_forward_is_each_clients_model(model_name: str) -> None:
     clients = 3
     params = [p.detach() + 0.1 * torch.randn(clients, *p.shape) for p in model.parameters()]
     inputs = torch.randn(clients, 5, 1, 8, 8)
-    features, logits = forward(params, inputs)
+    features, logits = forward(params, inputs, [])
     for client in range(clients):
         own = dict(zip(names, (p[client] for p in params)))
         expected_features = torch.func.functional_call(model.body, {k[5:]: v for k, v in own.items()
@@ -330,7 +330,7 @@ def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict,
     weights /= weights.sum(dim=1, keepdim=True)
 
     live = [p.clone().requires_grad_(True) for p in params]
-    features, logits = _dense_forward(model, names)(live, inputs)
+    features, logits = _dense_forward(model, names)(live, inputs, [])
     total, expected_losses = _batched_objective(algorithm)(logits, features, labels, counts, weights)
     expected = torch.autograd.grad(total, live)
     adjustment = algorithm.batched_logit_adjustment(counts, torch.float32)

@@ -40,7 +40,12 @@ from fedskew.engine.sampling import (
     dropout_generator,
     sampling_schedule,
 )
-from fedskew.engine.vectorised import choose_execution, round_parallelism, train_clients_vectorised
+from fedskew.engine.vectorised import (
+    choose_execution,
+    choose_split_execution,
+    round_parallelism,
+    train_clients_vectorised,
+)
 from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, RoundResult, TrainingSettings
 from fedskew.models import build_model
 from fedskew.models.dropout import dropout_layers, has_foreign_dropout, masks_from
@@ -273,14 +278,15 @@ def _duration(seconds: float) -> str:
 
 
 def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int | None = None,
-                 threads: int | None = None, on_round: Callable[[dict[str, Any]], None] | None = None
-                 ) -> RunResult:
+                 threads: int | None = None, on_round: Callable[[dict[str, Any]], None] | None = None,
+                 should_stop: Callable[[int], bool] | None = None) -> RunResult:
     """Run (or resume) one configuration to its last round and return its history.
 
     Checkpoints go to results/checkpoints/...; a checkpoint of the same run id is resumed
     from, one of another config is ignored. `on_round(row)` receives every history row as it
     is made, the resumed ones first (live tracking). `stop_after_round` raises RunStopped after
-    checkpointing that round (for tests of resuming).
+    checkpointing that round (for tests of resuming); `should_stop(round)`, asked after every
+    round but the last, does the same when it returns True (a packed runner's time limit).
     """
     training = cfg.training
     torch.set_num_threads(threads or training["threads"])
@@ -329,9 +335,10 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
         vectorise, why = choose_execution(training.get("execution", "sequential"), algorithm, model,
                                           augment is not None, device, parallelism)
         log.info("run %s: %s", cfg.run_id, why)
-    elif training.get("execution", "sequential") != "sequential":
-        log.info("run %s: %s is a split method, whose rounds run their own loop; training.execution does not apply",
-                 cfg.run_id, cfg.method)
+    else:
+        vectorise, why = choose_split_execution(training.get("execution", "sequential"), algorithm, view.client,
+                                                device)
+        log.info("run %s: %s", cfg.run_id, why)
 
     checkpoint_dir = root / cfg.path(paths.CHECKPOINT_DIR)
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -376,7 +383,8 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
                     torch.manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_))  # e.g. dropout in the server part
                     outcome = algorithm.run_round(SplitRound(
                         round_, view, global_state, clients, x_train, y_train,
-                        torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_)), augment))
+                        torch.Generator().manual_seed(derive_seed(cfg.seed, _SERVER_STREAM, round_)), augment,
+                        vectorise))
             check_finite(outcome, cfg.run_id, round_)
             global_state = outcome.global_state
             total = sum(outcome.client_samples.values())
@@ -402,12 +410,13 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
             progress.update(row)
             if on_round is not None:
                 on_round(row)
-            if round_ % training["checkpoint_every"] == 0 or round_ == rounds or round_ == stop_after_round:
+            stop = round_ == stop_after_round or (should_stop is not None and round_ < rounds and should_stop(round_))
+            if round_ % training["checkpoint_every"] == 0 or round_ == rounds or stop:
                 save_checkpoint(checkpoint_dir, {
                     "run_id": cfg.run_id, "round": round_, "global_state": global_state,
                     "algorithm_state": algorithm.state_dict(), "history": history,
                 })
-            if round_ == stop_after_round:
+            if stop:
                 raise RunStopped(f"stopped after round {round_}")
     except NonFiniteError as error:
         error.round, error.history = round_, history

@@ -63,6 +63,7 @@ from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Sta
 from fedskew.engine.sampling import dropout_generator
 from fedskew.fl.losses import IGNORE_INDEX
 from fedskew.models.dropout import Dropout, draw_mask, dropout_plan, given_masks, has_foreign_dropout
+from fedskew.sfl.base import SplitAlgorithm, stacked_blocker
 from fedskew.sgd import sgd_update
 
 EXECUTIONS = ("auto", "sequential", "vectorised")
@@ -142,6 +143,30 @@ def choose_execution(setting: str, algorithm: FederatedAlgorithm, model: nn.Modu
             return False, (f"training.execution is auto and a batched step would replace only {parallelism:.1f} "
                            f"sequential steps on average (vectorising pays from {AUTO_MIN_PARALLELISM} on a CPU)")
     return True, f"training.execution is {setting}: the round's clients train at once"
+
+
+def choose_split_execution(setting: str, algorithm: SplitAlgorithm, client_part: nn.Module,
+                           device: torch.device) -> tuple[bool, str]:
+    """(stack the client parts?, why) for a split method under `training.execution` (see fedskew.sfl.base).
+
+    `vectorised` stacks them wherever the method and its client part allow; `auto` only on a
+    GPU (a client part is convolutional in every split suite, and on a CPU stacking a
+    convolution gains nothing). The server side of a split round is never batched across
+    clients: it is the method.
+    """
+    if setting not in EXECUTIONS:
+        raise ValueError(f"training.execution must be one of {EXECUTIONS}, got {setting!r}")
+    if setting == "sequential":
+        return False, "training.execution is sequential"
+    if not algorithm.vectorised_clients:
+        return False, (f"{algorithm.name} trains its client parts against the server one after another; "
+                       "its clients train one after another")
+    blocker = stacked_blocker(client_part)
+    if blocker is not None:
+        return False, f"{blocker}; the clients train one after another"
+    if setting == "auto" and device.type != "cuda":
+        return False, "training.execution is auto and stacking a split method's client parts pays on a GPU only"
+    return True, f"training.execution is {setting}: the round's client parts train at once"
 
 
 # Layers a dense model may hold besides nn.Linear: they act elementwise, so any layout suits them.

@@ -16,6 +16,14 @@ A method implements `run_round`. Every client part and every per-client server c
 is a `PartCopy`: a dict of tensors run through the shared module with
 `torch.func.functional_call`, so a round holds one copy per *participant* (never one
 per registered client) and the model object itself is never mutated.
+
+With `training.execution` vectorised (or auto on a GPU), a method that declares
+`vectorised_clients` runs its participants' client parts at once (`StackedClientParts`):
+their parameters stacked along a leading client dimension, one forward under `vmap` over
+the minibatches padded to the largest B_k, one backward, one SGD update of the stack.
+The server side is unchanged. The minibatches are the same, so the two paths agree to
+float round-off. `ClientParts` and `StackedClientParts` share one interface (forward a
+list of per-client inputs, backward their activations' gradients, step, states).
 """
 
 from __future__ import annotations
@@ -28,12 +36,12 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from fedskew.fl.base import Algorithm, ClientContext, RoundResult, StateDict, TrainingSettings, weighted_average
 from fedskew.fl.losses import logit_adjusted_cross_entropy
 from fedskew.models.split import SplitView
-from fedskew.sgd import SGD
+from fedskew.sgd import SGD, sgd_update
 
 
 @dataclass
@@ -48,6 +56,7 @@ class SplitRound:
     y: torch.Tensor
     generator: torch.Generator        # the server's randomness of this round (e.g. SplitFedV2's order)
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None  # training.augmentation
+    vectorised: bool = False          # the participants' client parts train at once (StackedClientParts)
 
     def inputs(self, batch: torch.Tensor, client: ClientContext) -> torch.Tensor:
         """A client's training inputs for `batch`, augmented with the client's own generator."""
@@ -107,6 +116,84 @@ class PartCopy:
         return {key: value.detach().clone() for key, value in self.state.items()}
 
 
+class ClientParts:
+    """The participants' client parts, one `PartCopy` each, trained one after another."""
+
+    def __init__(self, copies: list[PartCopy]) -> None:
+        self.copies = copies
+
+    def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [copy(x) for copy, x in zip(self.copies, inputs)]
+
+    def backward(self, activations: list[torch.Tensor], gradients: list[torch.Tensor]) -> None:
+        for activation, gradient in zip(activations, gradients):
+            activation.backward(gradient)
+
+    def step(self) -> None:
+        for copy in self.copies:
+            copy.step()
+
+    def states(self) -> list[StateDict]:
+        return [copy.detached_state() for copy in self.copies]
+
+
+class StackedClientParts:
+    """The participants' client parts trained at once: each parameter stacked along a leading client
+    dimension, the shared module run per client under `vmap`, one SGD update of the stack.
+
+    A forward pads the clients' minibatches (B_k rows each) to the largest with zero rows and
+    returns each client's activations as a view of its real rows; padded rows receive no
+    gradient, so they change nothing. Buffers are shared (the client part must not update
+    them: no batch normalisation, see `stacked_blocker`).
+    """
+
+    def __init__(self, module: nn.Module, state: StateDict, settings: TrainingSettings, count: int) -> None:
+        self.names = [name for name, _ in module.named_parameters()]
+        self.keys = list(state)
+        self.buffers = {key: value for key, value in state.items() if key not in self.names}
+        self.parameters = [state[name].detach().expand(count, *state[name].shape).clone().requires_grad_(True)
+                           for name in self.names]
+        self.momentum: list[torch.Tensor | None] = [None] * len(self.parameters)
+        self.settings = settings
+
+        def forward_one(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+            return functional_call(module, ({**dict(zip(self.names, params)), **self.buffers}), (x,))
+
+        self._forward = vmap(forward_one)
+
+    def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        rows = max(len(x) for x in inputs)
+        padded = torch.stack([x if len(x) == rows else torch.cat([x, x.new_zeros((rows - len(x), *x.shape[1:]))])
+                              for x in inputs])
+        out = self._forward(self.parameters, padded)
+        return [out[k, :len(x)] for k, x in enumerate(inputs)]
+
+    def backward(self, activations: list[torch.Tensor], gradients: list[torch.Tensor]) -> None:
+        torch.autograd.backward(activations, gradients)  # one backward pass through the stacked graph
+
+    def step(self) -> None:
+        s = self.settings
+        sgd_update(self.parameters, [p.grad for p in self.parameters], self.momentum,
+                   lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+        for p in self.parameters:
+            p.grad = None
+
+    def states(self) -> list[StateDict]:
+        stacked = dict(zip(self.names, self.parameters))
+        return [{key: stacked[key][k].detach().clone() if key in stacked else self.buffers[key].clone()
+                 for key in self.keys} for k in range(len(self.parameters[0]) if self.parameters else 0)]
+
+
+def stacked_blocker(module: nn.Module) -> str | None:
+    """Why a client part cannot train stacked, or None if it can."""
+    for layer in module.modules():
+        if isinstance(layer, nn.modules.batchnorm._BatchNorm):
+            return "its client part has batch normalisation, whose batch statistics would include padded rows"
+        if isinstance(layer, nn.modules.dropout._DropoutNd):
+            return "its client part has dropout, which a split client part draws from torch's global generator"
+    return None
+
+
 def tensor_bytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -124,6 +211,8 @@ class SplitAlgorithm(Algorithm):
     """The base of split-federated methods: the engine calls `run_round` once per round."""
 
     family: ClassVar[str] = "split"
+    # Whether the round trains its client parts through `client_parts`, and so can stack them.
+    vectorised_clients: ClassVar[bool] = False
     # SCALA §5.1: T = 5 local iterations per round, B = 320 samples per iteration at the server,
     # split over the participants by Eq. 3. They are method settings, not training.batch_size
     # (which stays the per-client batch of federated methods), so that FL and SFL methods can
@@ -138,6 +227,13 @@ class SplitAlgorithm(Algorithm):
         """One copy of the client part per participant, from `state` (default: the global client part)."""
         state = rnd.view.client_state(rnd.global_state) if state is None else state
         return [PartCopy(rnd.view.client, state, self.settings) for _ in rnd.clients]
+
+    def client_parts(self, rnd: SplitRound) -> ClientParts | StackedClientParts:
+        """The participants' client parts from the global client part: stacked when the round is vectorised."""
+        state = rnd.view.client_state(rnd.global_state)
+        if rnd.vectorised:
+            return StackedClientParts(rnd.view.client, state, self.settings, len(rnd.clients))
+        return ClientParts([PartCopy(rnd.view.client, state, self.settings) for _ in rnd.clients])
 
     def server_copy(self, rnd: SplitRound) -> PartCopy:
         """A copy of the global server part (SCALA and SplitFedV2 train one, V1/V3 one per client)."""

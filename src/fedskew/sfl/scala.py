@@ -57,11 +57,12 @@ class ConcatenatedActivationsRound(SplitAlgorithm):
 
     server_adjusted = True      # Eq. 14 for the server step
     client_prior = "client"     # G_k from Eq. 15 ("client"), Eq. 14 ("server") or plain CE ("none")
+    vectorised_clients = True   # the client parts may train stacked (training.execution)
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
         view, clients = rnd.view, rnd.clients
         server = self.server_copy(rnd)
-        workers = self.client_copies(rnd)
+        workers = self.client_parts(rnd)
         streams, _ = self.streams(rnd)
         server_counts = torch.stack([c.label_counts for c in clients]).sum(dim=0)
         loss_sums = self.loss_sums(rnd)
@@ -69,19 +70,19 @@ class ConcatenatedActivationsRound(SplitAlgorithm):
         traffic["down_weights"] = len(clients) * state_bytes(view.client_state(rnd.global_state))
         for _ in range(self.hp["local_iterations"]):
             batches = [stream.next() for stream in streams]
-            activations = [worker(rnd.inputs(b, c)) for worker, b, c in zip(workers, batches, clients)]
+            activations = workers.forward([rnd.inputs(b, c) for b, c in zip(batches, clients)])
             # What crosses the network: detached copies; the server's graph starts at them.
             received = [a.detach().requires_grad_(True) for a in activations]
             labels = [rnd.y[b] for b in batches]
             gradients, client_losses = self.server_iteration(server, received, labels, clients, server_counts)
-            for worker, a, g, loss_sum, loss in zip(workers, activations, gradients, loss_sums, client_losses):
-                a.backward(g)
-                worker.step()
+            workers.backward(activations, gradients)
+            workers.step()
+            for loss_sum, loss in zip(loss_sums, client_losses):
                 loss_sum += loss.detach()
             traffic["up_activations"] += tensor_bytes(*received)
             traffic["up_labels"] += tensor_bytes(*labels)
             traffic["down_gradients"] += tensor_bytes(*gradients)
-        client_states = [w.detached_state() for w in workers]
+        client_states = workers.states()
         traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
         global_state = view.full_state(self.average(client_states, clients), server.detached_state())
         return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)

@@ -1,0 +1,143 @@
+"""`python -m fedskew packed run|status|ship|import`: the packed runner's command line (fedskew.packed)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+from fedskew import paths
+from fedskew.config import Params, RunConfig
+
+log = logging.getLogger("fedskew")
+
+
+def _selection(params: Params, args: argparse.Namespace) -> list[RunConfig]:
+    from fedskew.packed.plan import order_runs, select_runs
+
+    runs = select_runs(params, args.suite, datasets=args.dataset, partitions=args.partition, methods=args.method,
+                       seeds=args.seed, run_ids=args.run_id)
+    return order_runs(runs, args.first)
+
+
+def cmd_run(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.packed.plan import prepare_inputs, run_state
+    from fedskew.packed.runner import run_piece
+
+    runs = _selection(params, args)
+    pending = [cfg for cfg in runs if run_state(cfg) != "finished"]
+    print(f"packed: {len(runs) - len(pending)} of {len(runs)} selected runs finished; {len(pending)} to train with "
+          f"{args.workers} worker(s) for at most {args.time_limit:.0f} s", flush=True)
+    if not pending:
+        return
+    prepare_inputs(params, pending)
+    threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
+    summary = run_piece(pending, workers=args.workers, time_limit_s=args.time_limit, threads=threads,
+                        max_rounds=args.max_rounds)
+    line = summary.line()
+    rounds_per_run = sum(c.training["rounds"] for c in pending) / len(pending)
+    mfu = f", MFU {line['mfu']:.3f} of the {line['peak_tflops']} TFLOP/s peak" if line["mfu"] is not None else ""
+    print(f"packed: {line['finished']} finished, {line['paused']} paused, {line['diverged']} diverged, "
+          f"{line['failed']} failed, {line['skipped']} left for the next piece; {line['rounds']} rounds in "
+          f"{line['wall_s']:.0f} s on {summary.device_name} ({summary.precision}); about {line['pflop']} PFLOP, "
+          f"{line['tflops']} TFLOP/s sustained{mfu}; {summary.runs_per_hour(rounds_per_run):.1f} runs per "
+          f"device-hour at this pace", flush=True)
+    done = sum(run_state(cfg) == "finished" for cfg in runs)
+    print(f"packed: {done} of {len(runs)} selected runs finished", flush=True)
+    if line["failed"]:
+        raise RuntimeError(f"{line['failed']} run(s) failed in this piece; see the log above and "
+                           "logs/packed/pieces.jsonl (the other runs were not affected)")
+
+
+def cmd_status(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.packed.plan import run_state
+
+    runs = _selection(params, args)
+    by_method: dict[str, dict[str, int]] = {}
+    for cfg in runs:
+        counts = by_method.setdefault(cfg.method, {"finished": 0, "started": 0, "not started": 0})
+        counts[run_state(cfg)] += 1
+    width = max([len(m) for m in by_method] + [6])
+    for method, counts in by_method.items():
+        print(f"{method:{width}s}  " + ", ".join(f"{n} {state}" for state, n in counts.items()))
+    total = {state: sum(c[state] for c in by_method.values()) for state in ("finished", "started", "not started")}
+    print(f"{'all':{width}s}  " + ", ".join(f"{n} {state}" for state, n in total.items()) + f" of {len(runs)}")
+
+
+def cmd_ship(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.packed.archive import ship
+
+    archives = ship(_selection(params, args), Path(args.out), max_bytes=int(args.max_mb * 2**20))
+    for path in archives:
+        print(f"{path} ({path.stat().st_size} bytes)")
+    if not archives:
+        print("packed ship: no finished run in the selection; nothing written")
+
+
+def cmd_import(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.cli import TrackingError, _artifacts, _run_name, _run_tags, _tracking_enabled
+    from fedskew.packed.archive import import_archives
+    from fedskew.runfiles import read_history, read_metrics
+
+    report = import_archives(params, [Path(a) for a in args.archive])
+    print(f"packed import: {len(report.imported)} run(s) added to results/runs, {len(report.already)} already there")
+    if not _tracking_enabled() or not report.imported:
+        return
+    from fedskew import track
+
+    failed = 0
+    for cfg, provenance in report.imported:
+        final = read_metrics(cfg)
+        files = [Path(cfg.path(p)) for p in (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS)]
+        tags = {**_run_tags(cfg), **{f"fedskew.provenance.{k}": str(v) for k, v in provenance.items()},
+                "fedskew.imported_from": ", ".join(Path(a).name for a in args.archive),
+                **({"git.commit": provenance["commit"]} if provenance.get("commit", "unknown") != "unknown" else {}),
+                **({"fedskew.error": final["error"]} if "error" in final else {})}
+        try:
+            track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
+                          params=cfg.to_dict(), history=read_history(cfg), tags=tags, artifacts=_artifacts(cfg, files),
+                          status="FAILED" if final.get("status") == "diverged" else "FINISHED")
+        except Exception as error:  # noqa: BLE001 - the run files are in place; name each run that failed to log
+            log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
+            failed += 1
+    if failed:
+        raise TrackingError(f"{failed} imported run(s) could not be logged to MLflow; their files are in place: "
+                            f"`python -m fedskew track --suite <suite>` logs them later")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    packed = sub.add_parser("packed", help="train many runs on one device in time-limited pieces, ship their files "
+                                           "in bounded archives, import them (docs/gpu.md)")
+    verbs = packed.add_subparsers(dest="packed_command", required=True)
+
+    def selection(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--suite", nargs="+", required=True)
+        p.add_argument("--dataset", nargs="+")
+        p.add_argument("--partition", nargs="+")
+        p.add_argument("--method", nargs="+")
+        p.add_argument("--seed", nargs="+", type=int)
+        p.add_argument("--run-id", nargs="+", dest="run_id", help="run ids (config.yaml's run_id)")
+        p.add_argument("--first", nargs="+", default=[], metavar="METHOD",
+                       help="train these methods first, in this order (e.g. scala fedavg splitfed_v1)")
+
+    p = verbs.add_parser("run", help="one piece: train the selection's unfinished runs until --time-limit")
+    selection(p)
+    p.add_argument("--workers", type=int, default=1, help="worker processes sharing the device (default 1)")
+    p.add_argument("--time-limit", type=float, default=540.0, dest="time_limit",
+                   help="seconds for the piece, runs in progress are checkpointed before it ends (default 540)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads per worker (default: cores / workers)")
+    p.add_argument("--max-rounds", type=int, default=None, dest="max_rounds",
+                   help="train at most this many rounds of each run in this piece (a slice, e.g. to measure throughput)")
+    p = verbs.add_parser("status", help="finished / started / not started runs of the selection, by method")
+    selection(p)
+    p = verbs.add_parser("ship", help="pack the selection's finished runs into verified archives")
+    selection(p)
+    p.add_argument("--out", required=True, help="folder for the archives")
+    p.add_argument("--max-mb", type=float, default=16.0, dest="max_mb", help="largest archive in MiB (default 16)")
+    p = verbs.add_parser("import", help="verify archives and add their runs to results/runs and MLflow")
+    p.add_argument("archive", nargs="+")
+
+
+def cmd_packed(params: Params, args: argparse.Namespace) -> None:
+    {"run": cmd_run, "status": cmd_status, "ship": cmd_ship, "import": cmd_import}[args.packed_command](params, args)
