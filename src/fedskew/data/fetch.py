@@ -288,7 +288,7 @@ def _copy_local(name: str, f: SourceFile, local: list[LocalFolder], dest: Path, 
             refused.append(str(error))
             dest.unlink(missing_ok=True)
             continue
-        log.info("%s: %s from %s (verified by %s)", name, f.filename, source.describe(), entry["verified_by"])
+        log.info("%s: %s from %s, verified by %s", name, f.filename, source.describe(), entry["verified_by"])
         return entry
     return None
 
