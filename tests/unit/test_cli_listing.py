@@ -97,7 +97,8 @@ def test_datasets_says_where_each_source_comes_from_in_order(tiny_project, tiny_
     assert listed() == "data/raw/fashionmnist"
     ready = tiny_project / "data" / "raw" / "fm_copy" / "READY.json"
     ready.parent.mkdir(parents=True)
-    ready.write_text(json.dumps({"spec": {"source": "fashionmnist"}, "shapes": {"y_train": [60000], "y_test": [10000]}}))
+    ready.write_text(json.dumps({"spec": {"source": "fashionmnist"},
+                                 "shapes": {"y_train": [60000], "y_test": [10000]}}))
     assert listed("fm_copy") == "prepared (data/raw/fm_copy)"
 
 
