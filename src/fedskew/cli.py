@@ -464,8 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("validate", help="check params.yaml and count runs")
     sub.add_parser("methods", help="list the methods with their hyperparameters and defaults")
     sub.add_parser("models", help="list the models with their split points")
-    sub.add_parser("datasets", help="list the datasets of params.yaml: sizes, classes, input shape, "
-                                    "how they arrive and whether they are prepared here")
+    sub.add_parser("datasets", help="list the datasets of params.yaml: sizes, classes, input shape, whether "
+                                    "they are prepared here and where they would come from")
     sub.add_parser("partitions", help="list the partitions of params.yaml with every parameter and the suites "
                                       "that use them")
     p = sub.add_parser("download", help="prepare a dataset under data/raw/, from local files when it finds them "
