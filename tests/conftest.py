@@ -43,6 +43,16 @@ TINY_PARAMS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def no_local_dataset_folders(monkeypatch):
+    """Tests see none of this machine's dataset folders (FEDSKEW_DATA_DIRS, OS packages such as
+    /usr/share/datasets/fashion-mnist): a test that wants one names it itself."""
+    from fedskew.data import sources
+
+    monkeypatch.delenv(sources.ENV_VAR, raising=False)
+    monkeypatch.setattr(sources, "OS_PACKAGES", {})
+
+
 @pytest.fixture
 def tiny_params() -> dict:
     return copy.deepcopy(TINY_PARAMS)

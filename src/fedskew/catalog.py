@@ -73,6 +73,33 @@ SOURCES: dict[str, Source] = {
 }
 
 
+# The raw files of each source fedskew fetches (named as downloaded, and as a local folder or data/raw/<source>/
+# must hold them) and the host its first URL names: what `python -m fedskew datasets` checks for and shows.
+# femnist and imagenet_subset have no such files (a tree of JSON files, a local ILSVRC-2012 copy).
+RAW_FILES: dict[str, tuple[str, ...]] = {
+    "mnist": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+              "t10k-labels-idx1-ubyte.gz"),
+    "fashionmnist": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                     "t10k-labels-idx1-ubyte.gz"),
+    "cifar10": ("cifar-10-python.tar.gz",),
+    "cifar100": ("cifar-100-python.tar.gz",),
+    "svhn": ("train_32x32.mat", "test_32x32.mat"),
+    "cinic10": ("CINIC-10.tar.gz",),
+    "tinyimagenet": ("tiny-imagenet-200.zip",),
+    "adult": ("adult.data", "adult.test"),
+}
+DOWNLOAD_HOSTS: dict[str, str] = {
+    "mnist": "ossci-datasets.s3.amazonaws.com",
+    "fashionmnist": "fashion-mnist.s3-website.eu-central-1.amazonaws.com",
+    "cifar10": "www.cs.toronto.edu",
+    "cifar100": "www.cs.toronto.edu",
+    "svhn": "ufldl.stanford.edu",
+    "cinic10": "datashare.ed.ac.uk",
+    "tinyimagenet": "cs231n.stanford.edu",
+    "adult": "archive.ics.uci.edu",
+}
+
+
 def dataset_info(spec: dict) -> DatasetInfo:
     """fedskew.data.registry.dataset_info without torch."""
     if spec["source"] not in SOURCES:

@@ -35,9 +35,23 @@ def cmd_validate(params: Params, args: argparse.Namespace) -> None:
 def cmd_download(params: Params, args: argparse.Namespace) -> None:
     from fedskew.data.registry import prepare
 
-    if args.dataset not in params.raw["datasets"]:
-        raise ConfigError(f"--dataset {args.dataset!r} is not defined under `datasets` in params.yaml")
-    prepare(args.dataset, params.dataset_spec(args.dataset), Path("."), download=not args.no_download)
+    dataset = _download_target(args)
+    if dataset not in params.raw["datasets"]:
+        raise ConfigError(f"dataset {dataset!r} is not defined under `datasets` in params.yaml; defined: "
+                          f"{', '.join(params.raw['datasets'])}")
+    prepare(dataset, params.dataset_spec(dataset), Path("."), download=not args.no_download)
+
+
+def _download_target(args: argparse.Namespace) -> str:
+    """The dataset `download` prepares: named as `download <dataset>` or `download --dataset <dataset>`."""
+    if args.dataset and args.dataset_option and args.dataset != args.dataset_option:
+        raise ConfigError(f"download names two datasets, {args.dataset!r} and --dataset {args.dataset_option!r}; "
+                          "name one")
+    dataset = args.dataset or args.dataset_option
+    if not dataset:
+        raise ConfigError("download needs a dataset: `python -m fedskew download <dataset>` (see "
+                          "`python -m fedskew datasets`)")
+    return dataset
 
 
 def cmd_partition(params: Params, args: argparse.Namespace) -> None:
@@ -313,7 +327,6 @@ def cmd_models(params: Params | None, args: argparse.Namespace) -> None:
 # docstring); digits' follows from its test_fraction. Others are known once prepared.
 _TEST_SIZES = {"mnist": 10000, "fashionmnist": 10000, "cifar10": 10000, "cifar100": 10000, "svhn": 26032,
                "cinic10": 90000, "tinyimagenet": 10000, "adult": 15060}
-_ARRIVES = {"embedded": "embedded", "download": "download", "by hand": "files by hand"}
 
 
 def _table(rows: list[list[str]], right: tuple[int, ...] = ()) -> list[str]:
@@ -339,11 +352,55 @@ def _prepared(dataset: str, spec: dict) -> tuple[str, dict | None]:
     return "yes", shapes
 
 
-def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.catalog import SOURCES, dataset_info
-    from fedskew.data import sizes
+def _raw_files_from(source: str) -> str:
+    """Where the raw files of a fetched source would come from now: data/raw/<source>, a local folder
+    (FEDSKEW_DATA_DIRS, an OS package) or the download host, per file as fedskew.data.fetch looks for them.
+    Files are looked for, not verified (that is the download's work, and would cost seconds here)."""
+    from fedskew.catalog import DOWNLOAD_HOSTS, RAW_FILES
+    from fedskew.data import sources
 
-    rows = [["dataset", "source", "train", "test", "classes", "input", "arrives", "prepared"]]
+    raw = Path(paths.RAW_DIR.format(dataset=source))
+    local = sources.local_folders(source)
+    origins = []
+    for filename in RAW_FILES[source]:
+        if (raw / filename).is_file():
+            where = str(raw)
+        else:
+            where = next((folder.describe() for folder in local if (folder.path / filename).is_file()),
+                         f"download ({DOWNLOAD_HOSTS[source]})")
+        if where not in origins:
+            origins.append(where)
+    return " + ".join(origins)
+
+
+def _available_from(dataset: str, spec: dict, prepared: str) -> str:
+    """Whether `dataset` is available and where it would come from (see cmd_datasets' legend)."""
+    from fedskew.catalog import RAW_FILES, SOURCES
+
+    source = spec["source"]
+    if SOURCES[source].arrives == "embedded":
+        return "embedded"
+    if prepared == "yes":
+        return f"prepared ({paths.RAW_DIR.format(dataset=dataset)})"
+    if source in RAW_FILES:
+        return _raw_files_from(source)
+    if source == "femnist":
+        folder = Path(paths.RAW_DIR.format(dataset=source))
+        if any((folder / "train").glob("*.json")) and any((folder / "test").glob("*.json")):
+            return str(folder)
+        return f"not available: place LEAF's JSON files in {folder}/train/ and test/"
+    if source == "imagenet_subset":
+        if spec.get("imagenet_dir") and Path(spec["imagenet_dir"]).expanduser().is_dir():
+            return f"folder {spec['imagenet_dir']}"
+        return f"not available: set datasets.{dataset}.imagenet_dir to a local ILSVRC-2012 copy"
+    raise ValueError(f"no rule for where source {source!r} comes from")  # a new source: add it above
+
+
+def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.catalog import dataset_info
+    from fedskew.data import sizes, sources
+
+    rows = [["dataset", "source", "train", "test", "classes", "input", "prepared", "from"]]
     for name in params.raw["datasets"]:
         spec = params.dataset_spec(name)
         info = dataset_info(spec)
@@ -356,11 +413,16 @@ def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
         rows.append([name, spec["source"], "?" if train is None else str(train), "?" if test is None else str(test),
                      str(info.num_classes),
                      "×".join(map(str, info.input_shape)) if info.is_image else f"{info.input_shape[0]} features",
-                     _ARRIVES[SOURCES[spec["source"]].arrives], prepared])
+                     prepared, _available_from(name, spec, prepared)])
     print("\n".join(_table(rows, right=(2, 3, 4))))
-    print("\narrives: embedded = generated here, no network; download = fetched and checked (offline: place the\n"
-          "files by hand); files by hand = no download exists. prepared: data/raw/<dataset>/READY.json exists\n"
-          "for this spec. See docs/datasets.md.")
+    packages = "; ".join(f"{source}: sudo apt-get install {package.name}"
+                         for source, package in sources.OS_PACKAGES.items())
+    print("\nprepared: data/raw/<dataset>/READY.json exists for this spec.\n"
+          "from: where `python -m fedskew download <dataset>` takes it, the first that applies: embedded (generated\n"
+          "here); prepared; data/raw/<source> (files placed or fetched earlier); a folder named in FEDSKEW_DATA_DIRS;\n"
+          "an OS package's folder; download (host). Local files are found here and verified by `download`, which\n"
+          "copies them into data/raw/<source>/. Offline: place a source's files in data/raw/<source>/ or in a folder\n"
+          f"named in FEDSKEW_DATA_DIRS{'; ' + packages if packages else ''}. See docs/datasets.md.")
 
 
 def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:
@@ -404,13 +466,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("validate", help="check params.yaml and count runs")
     sub.add_parser("methods", help="list the methods with their hyperparameters and defaults")
     sub.add_parser("models", help="list the models with their split points")
-    sub.add_parser("datasets", help="list the datasets of params.yaml: sizes, classes, input shape, "
-                                    "how they arrive and whether they are prepared here")
+    sub.add_parser("datasets", help="list the datasets of params.yaml: sizes, classes, input shape, whether "
+                                    "they are prepared here and where they would come from")
     sub.add_parser("partitions", help="list the partitions of params.yaml with every parameter and the suites "
                                       "that use them")
-    p = sub.add_parser("download", help="prepare a dataset under data/raw/")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--no-download", action="store_true", help="use only files already on disk")
+    p = sub.add_parser("download", help="prepare a dataset under data/raw/, from local files when it finds them "
+                                        "(data/raw, FEDSKEW_DATA_DIRS, an OS package), else downloaded")
+    p.add_argument("dataset", nargs="?", help="a dataset of params.yaml (or give it as --dataset)")
+    p.add_argument("--dataset", dest="dataset_option", metavar="DATASET", help="the same as the positional dataset")
+    p.add_argument("--no-download", action="store_true", help="use only files on this machine, never the network")
     p = sub.add_parser("partition", help="write a seeded partition under data/partitions/")
     p.add_argument("--dataset", required=True)
     p.add_argument("--partition", required=True)

@@ -180,10 +180,14 @@ def test_one_fetch_path_and_one_marker_for_torchvision_and_external_sources(sour
     for filename, entry in marker["files"].items():  # the same record for every source
         body = (raw / source / filename).read_bytes()
         assert entry == {"expected_md5": hashlib.md5(body).hexdigest(), "md5": hashlib.md5(body).hexdigest(),
-                         "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+                         "expected_payload_md5": download.PAYLOAD_MD5.get(source, {}).get(filename),
+                         "sha256": hashlib.sha256(body).hexdigest(), "size": len(body), "verified_by": "archive-md5",
+                         "source": {"kind": "download", "url": f"{server.url}/{source}/{filename}"}}
 
     (raw / source / MARKER).write_text("{garbled")  # an unreadable marker: the files are re-hashed
     registry.prepare(source, {"source": source}, tmp_path, download=False)
+    for filename, entry in marker["files"].items():  # the same digests; where the files came from went with it
+        entry["source"] = {"kind": "hand-placed", "path": str((raw / source / filename).resolve())}
     assert json.loads((raw / source / MARKER).read_text()) == marker
 
     archive = raw / source / sorted(marker["files"])[0]

@@ -78,3 +78,23 @@ def test_hyperparameters_are_the_algorithms_in_their_order():
 
 def test_split_algorithms_are_the_split_family():
     assert catalog.SPLIT_ALGORITHMS == {name for name, cls in ALGORITHMS.items() if cls.family == "split"}
+
+
+def _source_files(source: str):
+    from fedskew.data import adult, cinic10, download, tinyimagenet
+
+    if source in download.TORCHVISION_DATASETS:
+        return download.source_files(source)
+    return {"cinic10": cinic10, "tinyimagenet": tinyimagenet, "adult": adult}[source].source_files()
+
+
+def test_raw_files_and_download_hosts_are_the_fetching_modules():
+    from urllib.parse import urlsplit
+
+    fetched = [name for name, source in catalog.SOURCES.items() if source.arrives == "download"]
+    assert list(catalog.RAW_FILES) == fetched and list(catalog.DOWNLOAD_HOSTS) == fetched
+    for source in fetched:
+        files = _source_files(source)
+        names, host = tuple(f.filename for f in files), urlsplit(files[0].urls[0]).hostname
+        assert catalog.RAW_FILES[source] == names, f"RAW_FILES[{source!r}] = {names!r}"
+        assert catalog.DOWNLOAD_HOSTS[source] == host, f"DOWNLOAD_HOSTS[{source!r}] = {host!r}"

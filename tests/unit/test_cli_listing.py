@@ -35,19 +35,84 @@ def _rows(out: str) -> dict[str, list[str]]:
     return {line.split()[0]: line.split() for line in out.splitlines() if line and not line.startswith(" ")}
 
 
-def test_datasets_lists_sizes_shape_arrival_and_whether_prepared(tiny_project, tiny_params, capsys):
+def test_datasets_lists_sizes_shape_whether_prepared_and_where_from(tiny_project, tiny_params, capsys):
     tiny_params["datasets"]["cifar10"] = {"source": "cifar10"}
     tiny_params["datasets"]["femnist"] = {"source": "femnist"}
     (tiny_project / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
     assert main(["datasets"]) == 0
     rows = _rows(capsys.readouterr().out)
-    assert rows["dataset"] == ["dataset", "source", "train", "test", "classes", "input", "arrives", "prepared"]
-    assert rows["digits"] == ["digits", "digits", "1437", "360", "10", "1×8×8", "embedded", "yes"]
+    assert rows["dataset"] == ["dataset", "source", "train", "test", "classes", "input", "prepared", "from"]
+    assert rows["digits"] == ["digits", "digits", "1437", "360", "10", "1×8×8", "yes", "embedded"]
     # synth's READY.json is for seed 7, params.yaml wants seed 0: prepared for another spec
     assert rows["synth"][:2] == ["synth", "synthetic"] and rows["synth"][4:] == ["10", "60", "features",
-                                                                                 "embedded", "other", "spec"]
-    assert rows["cifar10"] == ["cifar10", "cifar10", "50000", "10000", "10", "3×32×32", "download", "no"]
-    assert rows["femnist"] == ["femnist", "femnist", "?", "?", "62", "1×28×28", "files", "by", "hand", "no"]
+                                                                                 "other", "spec", "embedded"]
+    assert rows["cifar10"] == ["cifar10", "cifar10", "50000", "10000", "10", "3×32×32", "no", "download",
+                               "(www.cs.toronto.edu)"]
+    assert rows["femnist"][:7] == ["femnist", "femnist", "?", "?", "62", "1×28×28", "no"]
+    assert " ".join(rows["femnist"][7:]) == ("not available: place LEAF's JSON files in data/raw/femnist/train/ "
+                                             "and test/")
+
+
+def _from(out: str, dataset: str) -> str:
+    """The `from` cell of a dataset's row (the last column: it may hold spaces)."""
+    header = next(line for line in out.splitlines() if line.startswith("dataset "))
+    row = next(line for line in out.splitlines() if line.startswith(f"{dataset} "))
+    return row[header.index("from"):]
+
+
+FMNIST_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                "t10k-labels-idx1-ubyte.gz")
+
+
+def _place(folder, names=FMNIST_FILES):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b"x")  # looked for, not verified, by the listing
+
+
+def test_datasets_says_where_each_source_comes_from_in_order(tiny_project, tiny_params, capsys, monkeypatch):
+    from fedskew.data import sources
+
+    tiny_params["datasets"]["fashionmnist"] = {"source": "fashionmnist"}
+    tiny_params["datasets"]["fm_copy"] = {"source": "fashionmnist"}
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
+
+    def listed(dataset="fashionmnist"):
+        assert main(["datasets"]) == 0
+        return _from(capsys.readouterr().out, dataset)
+
+    assert listed() == "download (fashion-mnist.s3-website.eu-central-1.amazonaws.com)"
+    package = tiny_project / "usr-share" / "fashion-mnist"
+    monkeypatch.setattr(sources, "OS_PACKAGES", {"fashionmnist": sources.OsPackage("dataset-fashion-mnist", package)})
+    _place(package, FMNIST_FILES[:3])  # one file short: the package folder does not serve the dataset
+    assert listed() == ("OS package dataset-fashion-mnist (" + str(package) + ") + "
+                        "download (fashion-mnist.s3-website.eu-central-1.amazonaws.com)")
+    _place(package)
+    assert listed() == f"OS package dataset-fashion-mnist ({package})"
+    named = tiny_project / "mine"
+    _place(named / "fashionmnist")
+    monkeypatch.setenv("FEDSKEW_DATA_DIRS", os.pathsep.join([str(tiny_project / 'absent'), str(named)]))
+    assert listed() == f"folder {named / 'fashionmnist'} (from FEDSKEW_DATA_DIRS)"
+    _place(tiny_project / "data" / "raw" / "fashionmnist")
+    assert listed() == "data/raw/fashionmnist"
+    ready = tiny_project / "data" / "raw" / "fm_copy" / "READY.json"
+    ready.parent.mkdir(parents=True)
+    ready.write_text(json.dumps({"spec": {"source": "fashionmnist"},
+                                 "shapes": {"y_train": [60000], "y_test": [10000]}}))
+    assert listed("fm_copy") == "prepared (data/raw/fm_copy)"
+
+
+def test_datasets_says_what_to_do_for_a_local_imagenet_copy(tiny_project, tiny_params, capsys):
+    tiny_params["datasets"]["imnet"] = {"source": "imagenet_subset"}
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
+    assert main(["datasets"]) == 0
+    assert _from(capsys.readouterr().out, "imnet") == ("not available: set datasets.imnet.imagenet_dir to a local "
+                                                       "ILSVRC-2012 copy")
+    (tiny_project / "ilsvrc").mkdir()
+    tiny_params["datasets"]["imnet"]["imagenet_dir"] = "ilsvrc"
+    (tiny_project / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
+    assert main(["datasets"]) == 0
+    assert _from(capsys.readouterr().out, "imnet") == "folder ilsvrc"
 
 
 def test_datasets_reads_the_sizes_of_a_prepared_dataset_from_its_manifest(tiny_project, capsys):
@@ -56,7 +121,7 @@ def test_datasets_reads_the_sizes_of_a_prepared_dataset_from_its_manifest(tiny_p
                                  "shapes": {"y_train": [900], "y_test": [100]}}))
     assert main(["datasets"]) == 0
     row = _rows(capsys.readouterr().out)["synth"]
-    assert row[2:4] == ["900", "100"] and row[-1] == "yes"
+    assert row[2:4] == ["900", "100"] and row[-2:] == ["yes", "embedded"]
 
 
 def test_partitions_lists_parameters_with_defaults_and_the_suites_using_them(tiny_project, tiny_params, capsys):

@@ -1,8 +1,10 @@
 """The torchvision image datasets (MNIST, Fashion-MNIST, CIFAR-10/100, SVHN) as in-memory uint8 tensors.
 
 Which archives make up a dataset, their md5s and URLs are read from torchvision's dataset
-classes at call time; fetching, verifying, the VERIFIED.json marker and the tensors.pt
-cache follow the rules every source follows, in fedskew.data.fetch. `raw_dir(name, root)`
+classes at call time (the md5s of the IDX archives' decompressed content, which accept a
+recompressed copy such as Debian's, are pinned here); fetching (a local folder first, then the
+network), verifying, the VERIFIED.json marker and the tensors.pt cache follow the rules every
+source follows, in fedskew.data.fetch. `raw_dir(name, root)`
 holds the archives exactly as torchvision names them (so they can be placed there by hand),
 the marker and the decoded cache. Decoding uses torchvision's own dataset classes.
 """
@@ -31,6 +33,25 @@ __all__ = ["TORCHVISION_DATASETS", "DatasetCorruptError", "DatasetUnavailableErr
            "TorchvisionSpec", "load_tensors", "prepare", "raw_dir", "source_files"]
 
 SVHN_SPLITS = ("train", "test")  # "extra" (531k images, 1.3 GB) is not used
+
+# md5 of each IDX archive's decompressed content: the official files' own digests, published by their
+# authors and pinned by several dataset loaders. torchvision pins the .gz bytes; with these, a copy
+# recompressed elsewhere (Debian's dataset-fashion-mnist) is accepted for the same content, which decodes
+# to the same tensors.
+PAYLOAD_MD5: dict[str, dict[str, str]] = {
+    "mnist": {
+        "train-images-idx3-ubyte.gz": "6bbc9ace898e44ae57da46a324031adb",
+        "train-labels-idx1-ubyte.gz": "a25bea736e30d166cdddb491f175f624",
+        "t10k-images-idx3-ubyte.gz": "2646ac647ad5339dbf082846283269ea",
+        "t10k-labels-idx1-ubyte.gz": "27ae3e4e09519cfbb04c329615203637",
+    },
+    "fashionmnist": {
+        "train-images-idx3-ubyte.gz": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+        "train-labels-idx1-ubyte.gz": "9018921c3c673c538a1fc5bad174d6f9",
+        "t10k-images-idx3-ubyte.gz": "8181f5470baa50b63fa0f6fddb340f0a",
+        "t10k-labels-idx1-ubyte.gz": "15d484375f8d13e6eb1aabb0c3f46965",
+    },
+}
 PREPROCESSING = "torchvision-v1"  # bump when decoding changes, so old caches are rebuilt
 
 
@@ -77,11 +98,14 @@ def _spec(name: str) -> TorchvisionSpec:
 
 
 def source_files(name: str) -> list[SourceFile]:
-    """The archives torchvision would download for `name`, with the md5s it pins, from its class attributes."""
+    """The archives torchvision would download for `name`, with the md5s it pins, from its class attributes
+    (and, for the IDX archives, the md5s of their decompressed content: PAYLOAD_MD5)."""
     spec = _spec(name)
     cls = spec.cls
     if spec.layout == "idx":
-        return [SourceFile(fn, tuple(mirror + fn for mirror in cls.mirrors), md5) for fn, md5 in cls.resources]
+        payload = PAYLOAD_MD5.get(name, {})
+        return [SourceFile(fn, tuple(mirror + fn for mirror in cls.mirrors), md5, payload_md5=payload.get(fn))
+                for fn, md5 in cls.resources]
     if spec.layout == "cifar":
         return [SourceFile(cls.filename, (cls.url,), cls.tgz_md5)]
     return [SourceFile(cls.split_list[s][1], (cls.split_list[s][0],), cls.split_list[s][2]) for s in SVHN_SPLITS]
@@ -98,7 +122,7 @@ def _how_to_get(name: str) -> str:
 
 
 def prepare(name: str, root: Path, download: bool = True) -> Path:
-    """Make sure md5-verified archives for `name` are in raw_dir; download missing ones if allowed."""
+    """Make sure verified archives for `name` are in raw_dir: from a local folder, else downloaded if allowed."""
     folder = raw_dir(name, root)
     ensure_files(name, folder, source_files(name), download, _how_to_get(name))
     return folder

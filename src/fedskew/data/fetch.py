@@ -4,18 +4,29 @@ Every dataset fedskew does not generate itself goes through this module: the tor
 sources (fedskew.data.download), cinic10, tinyimagenet and adult (downloaded archives),
 femnist and imagenet_subset (files placed by hand).
 
-* A downloadable file is a `SourceFile`: its name, the URLs to try in order and its pinned
-  md5. Downloads land in a temporary sibling folder `data/raw/.<name>.partial-*-<pid>` and
-  are moved into `data/raw/<name>/` only after they verified, so an interrupted or corrupt
-  download never leaves a file that a later run trusts.
+* A raw file is a `SourceFile`: its name, the URLs to try in order and its pinned md5 (and,
+  for a file that is also published repackaged, the pinned md5 of its decompressed content).
+* A missing file comes from the first source that has a verified copy: a local folder
+  (fedskew.data.sources: the folders of FEDSKEW_DATA_DIRS, then an OS package's folder),
+  then the network. Copies and downloads land in a temporary sibling folder
+  `data/raw/.<name>.partial-*-<pid>` and are moved into `data/raw/<name>/` only after they all
+  verified, so an interrupted or corrupt fetch never leaves a file that a later run trusts.
+* Verification: a file whose own md5 is the pinned one is the original; else, where a payload
+  md5 is pinned, a gzip file whose decompressed content has that md5 is a repackaged copy of
+  the same content (Debian recompresses Fashion-MNIST's archives), and it decodes to the same
+  tensors. A local file that is neither is skipped (it may be another dataset's file of the same
+  name) and named in the error if nothing else serves it.
 * `md5=None` means the digest is unknown to fedskew (never guessed): the file is then
   checked structurally (the dataset module's `check` opens it and verifies the expected
   layout) and the md5 and sha256 of what was actually used are recorded in the marker.
 * VERIFIED.json in the dataset folder is written last; it records each file's expected
-  md5 (or null), actual md5, sha256 and size. While it matches, files are not re-hashed;
-  a marker in any other shape (an older fedskew's included) just makes them be re-hashed.
-* A hand-placed file with a wrong pinned md5 is reported, never deleted: it may be the
-  user's only copy. Offline, the error lists the files to place and where.
+  md5s, actual md5, sha256 and size, how it verified (`verified_by`: archive-md5,
+  payload-md5 or structure) and where it came from (`source`: download and its URL, folder
+  or os-package and the path, hand-placed). While it matches, files are not re-hashed;
+  a marker in any other shape just makes them be re-hashed.
+* A hand-placed file in `data/raw/<name>/` that fails verification is reported, never deleted:
+  it may be the user's only copy. Offline, the error lists the files to place and where, and
+  the other ways to provide them.
 * Temporaries are named `...-<pid>`; those of processes that are gone are removed.
 * The decoded tensors are cached in tensors.pt with a tensors.json sidecar holding its
   sha256 and the key it was built for (input digests, preprocessing version, options);
@@ -24,6 +35,7 @@ femnist and imagenet_subset (files placed by hand).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import http.client
 import io
@@ -35,6 +47,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +55,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from fedskew.data.sources import ENV_VAR, LocalFolder, how_to_provide, local_folders, named_folders
 
 log = logging.getLogger(__name__)
 
@@ -64,25 +79,36 @@ class DatasetCorruptError(RuntimeError):
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One raw file of a dataset: its name in the dataset folder, where it comes from, its digest.
+    """One raw file of a dataset: its name in the dataset folder, where it comes from, its digests.
 
-    md5 None: no trusted digest is known; `check(path)` (raising DatasetCorruptError) then
-    verifies the file's structure, and the digests of the file actually used are recorded.
+    md5: the pinned digest of the file as published. payload_md5: the pinned digest of its
+    gzip-decompressed content, for a file that is repackaged elsewhere (an OS package recompresses
+    the archives: other bytes, the same content); a copy whose own md5 differs is accepted when its
+    content has this md5. md5 None: no trusted digest is known; `check(path)` (raising
+    DatasetCorruptError) then verifies the file's structure, and the digests of the file actually
+    used are recorded.
     """
 
     filename: str
     urls: tuple[str, ...]
     md5: str | None
     check: Callable[[Path], None] | None = None
+    payload_md5: str | None = None
+
+
+# How a file proved to be an intact copy, as VERIFIED.json records it.
+BY_ARCHIVE_MD5, BY_PAYLOAD_MD5, BY_STRUCTURE = "archive-md5", "payload-md5", "structure"
 
 
 # --- verified raw files -----------------------------------------------------------------------
 
 def ensure_files(name: str, folder: Path, files: list[SourceFile], download: bool = True,
                  how_to_get: str = "") -> dict[str, dict]:
-    """Make sure verified copies of `files` are in `folder`; download missing ones if allowed.
+    """Make sure verified copies of `files` are in `folder`, fetching missing ones from the first source
+    that has them: a local folder (fedskew.data.sources), then the network if `download` allows.
 
-    Returns the marker's entries: filename -> {expected_md5, md5, sha256, size}.
+    Returns the marker's entries: filename -> {expected_md5, expected_payload_md5, md5, sha256, size,
+    verified_by, source, ...}.
     """
     folder = Path(folder)
     remove_stale_temporaries(folder.parent, f".{name}.*-*")  # download/decode folders of killed runs
@@ -90,24 +116,24 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
     recorded = _marker_entries(folder, files)
     if recorded is not None:
         return recorded
+    previous = (read_json(folder / MARKER) or {}).get("files")
     entries, missing = {}, []
     for f in files:
         path = folder / f.filename
         if not path.is_file():
             missing.append(f)
             continue
-        entries[f.filename] = digests = file_digests(path)
         try:
-            _verify(name, f, path, digests, f"in {folder.resolve()}")
+            entries[f.filename] = _verified(name, f, path, f"in {folder.resolve()}",
+                                            {"kind": "hand-placed", "path": str(path.resolve())})
         except DatasetCorruptError as error:
-            raise DatasetCorruptError(f"{error} Delete {path.resolve()} so that fedskew downloads it again, or "
+            raise DatasetCorruptError(f"{error} Delete {path.resolve()} so that fedskew fetches it again, or "
                                       f"replace it with an intact copy.") from error
-    if missing and not download:
-        raise unavailable(name, folder, files, f"download=False and {', '.join(f.filename for f in missing)} "
-                                               f"{'is' if len(missing) == 1 else 'are'} missing", how_to_get)
+    _keep_known_origins(entries, previous)
     if missing:
-        entries.update(_download_verified(name, folder, missing, files, how_to_get))
-    marker = {f.filename: {"expected_md5": f.md5, **entries[f.filename]} for f in files}
+        entries.update(_fetch_missing(name, folder, missing, files, download, how_to_get))
+    marker = {f.filename: {"expected_md5": f.md5, "expected_payload_md5": f.payload_md5, **entries[f.filename]}
+              for f in files}
     write_json_atomic(folder / MARKER, {"dataset": name, "files": marker})
     log.info("%s: verified %d file(s) in %s", name, len(files), folder)
     return marker
@@ -124,68 +150,167 @@ def _marker_entries(folder: Path, files: list[SourceFile]) -> dict | None:
                 or not isinstance(entry.get("sha256"), str) or not path.is_file() \
                 or path.stat().st_size != entry.get("size"):
             return None
+        # A copy accepted by its content's digest stays trusted only while that digest is still the pinned one.
+        # (Markers without `verified_by`, from before payload digests, were all written for archive md5s.)
+        if entry.get("verified_by") == BY_PAYLOAD_MD5 and \
+                (f.payload_md5 is None or entry.get("expected_payload_md5") != f.payload_md5):
+            return None
     return recorded
 
 
-def _verify(name: str, f: SourceFile, path: Path, digests: dict, origin: str) -> None:
-    """Raise DatasetCorruptError when `path` is not an intact copy of `f`."""
-    if f.md5 is not None:
-        if digests["md5"] != f.md5:
-            raise DatasetCorruptError(f"{f.filename} {origin} has md5 {digests['md5']}, but fedskew's {name} "
-                                      f"expects {f.md5}.")
-        return
-    log.warning("%s: no pinned checksum for %s; checking its structure only and recording md5 %s, sha256 %s",
-                name, f.filename, digests["md5"], digests["sha256"])
-    if f.check is not None:
-        try:
-            f.check(path)
-        except DatasetCorruptError as error:
-            raise DatasetCorruptError(f"{f.filename} {origin} is not a valid {name} file: {error}") from error
+def _keep_known_origins(entries: dict[str, dict], previous: object) -> None:
+    """Files already in the dataset folder count as placed by hand, unless the old marker recorded where
+    these very bytes (same sha256) came from: a file fedskew copied or downloaded earlier. Provenance only:
+    the files were verified all the same."""
+    for filename, entry in entries.items():
+        old = previous.get(filename) if isinstance(previous, dict) else None
+        if isinstance(old, dict) and old.get("sha256") == entry["sha256"] and isinstance(old.get("source"), dict):
+            entry["source"] = old["source"]
+
+
+def _verified(name: str, f: SourceFile, path: Path, where: str, origin: dict) -> dict:
+    """The marker entry of `path` (digests, how it verified, where it came from); DatasetCorruptError if it is
+    not an intact copy of `f`."""
+    digests = file_digests(path)
+    return {**digests, **_verify(name, f, path, digests, where), "source": origin}
+
+
+def _verify(name: str, f: SourceFile, path: Path, digests: dict, where: str) -> dict:
+    """How `path` proves to be an intact copy of `f` ({"verified_by": ...}, with the payload's md5 when that
+    decided); DatasetCorruptError when it is not one."""
+    if f.md5 is None:
+        log.warning("%s: no pinned checksum for %s; checking its structure only and recording md5 %s, sha256 %s",
+                    name, f.filename, digests["md5"], digests["sha256"])
+        if f.check is not None:
+            try:
+                f.check(path)
+            except DatasetCorruptError as error:
+                raise DatasetCorruptError(f"{f.filename} {where} is not a valid {name} file: {error}") from error
+        return {"verified_by": BY_STRUCTURE}
+    if digests["md5"] == f.md5:
+        return {"verified_by": BY_ARCHIVE_MD5}
+    if f.payload_md5 is None:
+        raise DatasetCorruptError(f"{f.filename} {where} has md5 {digests['md5']}, but fedskew's {name} "
+                                  f"expects {f.md5}.")
+    try:
+        payload = gunzip_md5(path)
+    except (OSError, EOFError, zlib.error) as error:
+        found = f"it is not a readable gzip file ({error})"
+    else:
+        if payload == f.payload_md5:
+            return {"verified_by": BY_PAYLOAD_MD5, "payload_md5": payload}
+        found = f"its decompressed content has md5 {payload}"
+    raise DatasetCorruptError(
+        f"{f.filename} {where} is not fedskew's {name} file: it is neither the original archive (md5 "
+        f"{digests['md5']}, expected {f.md5}) nor a repackaged copy of its content (expected the decompressed "
+        f"content to have md5 {f.payload_md5}; {found}).")
+
+
+def gunzip_md5(path: Path) -> str:
+    """md5 of a gzip file's decompressed content, streamed (raises OSError/EOFError/zlib.error if it is no gzip)."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with gzip.open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _describe(f: SourceFile) -> str:
     digest = f"md5 {f.md5}" if f.md5 else "md5 not pinned by fedskew: any intact copy is accepted"
+    if f.payload_md5:
+        digest += f", or a recompressed copy whose content has md5 {f.payload_md5}"
     origin = f"from {f.urls[0]}" if f.urls else "no automatic download"
     return f"  {f.filename}  ({digest}; {origin})"
 
 
 def unavailable(name: str, folder: Path, files: list[SourceFile], reason: str,
-                how_to_get: str = "") -> DatasetUnavailableError:
+                how_to_get: str = "", refused: list[str] | None = None) -> DatasetUnavailableError:
+    """The error for files that no source could provide: what is missing, and every way to provide it."""
     listing = "\n".join(_describe(f) for f in files)
     extra = f"\n{how_to_get}" if how_to_get else ""
+    rejected = "".join(f"\n  {line}" for line in refused or [])
     return DatasetUnavailableError(
         f"dataset {name!r} is not available: {reason}.\nTo work offline, place these files, named exactly "
-        f"as below, in {Path(folder).resolve()}:\n{listing}{extra}"
+        f"as below, in {Path(folder).resolve()}:\n{listing}{extra}\n{how_to_provide(name)}"
+        + (f"\nFiles found but refused:{rejected}" if rejected else "")
     )
 
 
-# --- downloading ------------------------------------------------------------------------------
+# --- fetching: local folders, then the network ------------------------------------------------
 
-def _download_verified(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile],
-                       how_to_get: str) -> dict[str, dict]:
-    """Fetch `missing` into a temporary sibling folder, verify them, then move them into place."""
-    entries = {}
+def _fetch_missing(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile], download: bool,
+                   how_to_get: str) -> dict[str, dict]:
+    """Fetch `missing` into a temporary sibling folder, each from the first source with a verified copy (a
+    local folder, then the network if `download`), then move them all into place together."""
+    entries, absent, refused = {}, [], []
+    local = local_folders(name)
+    for named in named_folders():
+        if not named.is_dir():
+            log.warning("%s: %s names %s, which is not a folder", name, ENV_VAR, named)
     with scratch_dir(folder.parent, f".{name}.partial-") as partial:
         for f in missing:
-            if not f.urls:
-                raise unavailable(name, folder, files, f"{f.filename} cannot be downloaded automatically",
-                                  how_to_get)
-            url = _fetch(name, folder, files, f, partial / f.filename, how_to_get)
-            entries[f.filename] = digests = file_digests(partial / f.filename)
-            try:
-                _verify(name, f, partial / f.filename, digests, f"downloaded from {url}")
-            except DatasetCorruptError as error:
-                raise DatasetCorruptError(
-                    f"{error} The download was discarded and nothing was written to {folder.resolve()}. Run "
-                    f"again to retry; if it persists, fetch the file elsewhere and place it in that folder by hand."
-                ) from error
+            entry = _copy_local(name, f, local, partial / f.filename, refused)
+            if entry is None and download:
+                entry = _download_verified(name, folder, f, files, partial / f.filename, how_to_get, refused)
+            if entry is None:
+                absent.append(f.filename)
+            else:
+                entries[f.filename] = entry
+        if absent:
+            raise unavailable(name, folder, files, f"download=False and {', '.join(absent)} "
+                                                   f"{'is' if len(absent) == 1 else 'are'} missing",
+                              how_to_get, refused)
         folder.mkdir(parents=True, exist_ok=True)
         for f in missing:
             os.replace(partial / f.filename, folder / f.filename)
     return entries
 
 
-def _fetch(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest: Path, how_to_get: str) -> str:
+def _copy_local(name: str, f: SourceFile, local: list[LocalFolder], dest: Path, refused: list[str]) -> dict | None:
+    """Copy `f` to `dest` from the first local folder holding a copy that verifies; its marker entry, or None.
+
+    The copy is what gets verified (not the original, which could change meanwhile). A copy that does
+    not verify is skipped, its reason kept in `refused`: the next folder or the network may serve the file.
+    """
+    for source in local:
+        original = source.path / f.filename
+        if not original.is_file():
+            continue
+        try:
+            shutil.copyfile(original, dest)
+            entry = _verified(name, f, dest, f"in {source.describe()}", source.record(original))
+        except OSError as error:
+            refused.append(f"{original}: cannot be read ({error})")
+            dest.unlink(missing_ok=True)
+            continue
+        except DatasetCorruptError as error:
+            log.warning("%s: skipping %s: %s", name, original, error)
+            refused.append(str(error))
+            dest.unlink(missing_ok=True)
+            continue
+        log.info("%s: %s from %s, verified by %s", name, f.filename, source.describe(), entry["verified_by"])
+        return entry
+    return None
+
+
+def _download_verified(name: str, folder: Path, f: SourceFile, files: list[SourceFile], dest: Path,
+                       how_to_get: str, refused: list[str]) -> dict:
+    """Download `f` to `dest` and verify it; its marker entry."""
+    if not f.urls:
+        raise unavailable(name, folder, files, f"{f.filename} cannot be downloaded automatically", how_to_get,
+                          refused)
+    url = _fetch(name, folder, files, f, dest, how_to_get, refused)
+    try:
+        return _verified(name, f, dest, f"downloaded from {url}", {"kind": "download", "url": url})
+    except DatasetCorruptError as error:
+        raise DatasetCorruptError(
+            f"{error} The download was discarded and nothing was written to {folder.resolve()}. Run "
+            f"again to retry; if it persists, fetch the file elsewhere and place it in that folder by hand."
+        ) from error
+
+
+def _fetch(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest: Path, how_to_get: str,
+           refused: list[str]) -> str:
     """Try each URL of `f` in turn; return the one that worked."""
     errors = []
     for url in f.urls:
@@ -197,7 +322,7 @@ def _fetch(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest
             log.warning("%s: downloading %s failed: %s", name, url, reason)
             errors.append(f"{url}: {reason}")
     raise unavailable(name, folder, files, f"downloading {f.filename} failed (no network?): " + "; ".join(errors),
-                      how_to_get)
+                      how_to_get, refused)
 
 
 def _reason(error: Exception) -> str:
