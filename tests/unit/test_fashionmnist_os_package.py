@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +30,10 @@ PUBLISHED_MD5 = {
     "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
 }
 
+# Skipped where the package is missing, except in CI, whose set-up installs it: there a missing package
+# is a broken set-up and fails the test (CI must exercise the real files).
 pytestmark = pytest.mark.skipif(
-    not all((PACKAGE.folder / f"{stem}.gz").is_file() for stem in PUBLISHED_MD5),
+    not all((PACKAGE.folder / f"{stem}.gz").is_file() for stem in PUBLISHED_MD5) and os.environ.get("CI") != "true",
     reason=f"the OS package {PACKAGE.name} is not installed ({PACKAGE.folder} lacks its files): "
            f"sudo apt-get install {PACKAGE.name}")
 
