@@ -32,6 +32,9 @@ def cmd_run(params: Params, args: argparse.Namespace) -> None:
     if not pending:
         return
     prepare_inputs(params, pending)
+    if args.prepare_only:
+        print("packed: datasets and partitions ready", flush=True)
+        return
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.workers)
     summary = run_piece(pending, workers=args.workers, time_limit_s=args.time_limit, threads=threads,
                         max_rounds=args.max_rounds)
@@ -127,6 +130,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=float, default=540.0, dest="time_limit",
                    help="seconds for the piece, runs in progress are checkpointed before it ends (default 540)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads per worker (default: cores / workers)")
+    p.add_argument("--prepare-only", action="store_true", dest="prepare_only",
+                   help="only make the datasets and partitions the selection needs, then stop")
     p.add_argument("--max-rounds", type=int, default=None, dest="max_rounds",
                    help="train at most this many rounds of each run in this piece (a slice, e.g. to measure throughput)")
     p = verbs.add_parser("status", help="finished / started / not started runs of the selection, by method")

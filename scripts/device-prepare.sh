@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Prepare, on this machine, what a lent GPU machine needs for packed work (docs/gpu.md), so that
+# no GPU minute goes to setting up. The GPU machine has PyTorch but no network, so this fills two
+# git-ignored folders that the device tool carries there:
+#   .whl/   wheels of the Python packages fedskew needs and that machine lacks (jsonschema and its
+#           dependencies, at requirements.lock's versions, for its Python 3.12 on x86-64);
+#   .data/  the official files of the datasets to train (Fashion-MNIST: the OS package's four files),
+#           which fedskew finds there through FEDSKEW_DATA_DIRS.
+# Each carried call then starts with `bash scripts/device-piece.sh ...`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${FEDSKEW_PYTHON:-python3}
+
+exclude=$(git rev-parse --git-path info/exclude)  # ignored here, so never committed; carried by name
+mkdir -p "$(dirname "$exclude")"
+for folder in .whl .data; do
+  grep -qx "/$folder/" "$exclude" 2>/dev/null || echo "/$folder/" >> "$exclude"
+done
+
+pins=()
+for name in jsonschema jsonschema-specifications referencing rpds-py; do
+  pin=$(grep -i "^$name==" requirements.lock) || { echo "device-prepare: $name is not in requirements.lock" >&2; exit 1; }
+  pins+=("$pin")
+done
+rm -rf .whl && mkdir .whl
+env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "$python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d .whl "${pins[@]}"
+
+mkdir -p .data/fashionmnist
+bash scripts/system-packages.sh
+for file in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  cp /usr/share/datasets/fashion-mnist/$file .data/fashionmnist/
+done
+du -sh .whl .data
