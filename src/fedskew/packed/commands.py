@@ -44,7 +44,7 @@ def cmd_run(params: Params, args: argparse.Namespace) -> None:
     print(f"packed: {line['finished']} finished, {line['paused']} paused, {line['diverged']} diverged, "
           f"{line['failed']} failed, {line['skipped']} left for the next piece; {line['rounds']} rounds in "
           f"{line['wall_s']:.0f} s on {summary.device_name} ({summary.precision}); about {line['pflop']} PFLOP, "
-          f"{line['tflops']} TFLOP/s sustained{mfu}; {summary.runs_per_hour(rounds_per_run):.1f} runs per "
+          f"{line['tflops']} TFLOP/s sustained{mfu}; {summary.runs_per_hour(rounds_per_run):.3g} runs per "
           f"device-hour at this pace", flush=True)
     done = sum(run_state(cfg) == "finished" for cfg in runs)
     print(f"packed: {done} of {len(runs)} selected runs finished", flush=True)
