@@ -352,8 +352,10 @@ def _alexnet_rounds(name: str, vectorised: bool, rounds: int = 2, **hyperparamet
 
 
 @pytest.mark.parametrize("name, hyperparameters", [("scala", {}), ("scala_concat", {}), ("scala_server_la", {}),
-                                                   ("scala", {"missing_classes": "floor"})])
+                                                   ("scala", {"missing_classes": "floor"}),
+                                                   ("splitfed_v1", {}), ("splitfed_v3", {})])
 def test_stacked_client_parts_agree_with_one_after_another(name: str, hyperparameters: dict) -> None:
+    # (SplitFedV1/V3: the per-client server copies keep their dropout, drawn in client order either way)
     sequential = _alexnet_rounds(name, False, **hyperparameters)
     stacked = _alexnet_rounds(name, True, **hyperparameters)
     for seq, vec in zip(sequential, stacked):
@@ -376,7 +378,9 @@ def test_which_split_methods_stack_their_client_parts_and_why_not() -> None:
     assert choose_split_execution("auto", scala, view.client, gpu)[0]
     assert "pays on a GPU only" in choose_split_execution("auto", scala, view.client, cpu)[1]
     assert not choose_split_execution("sequential", scala, view.client, gpu)[0]
-    for other in ("splitfed_v1", "splitfed_v2", "splitfed_v3", "sfl_local_loss"):
+    for stacking in ("splitfed_v1", "splitfed_v3"):  # per-client server copies; the client parts stack
+        assert choose_split_execution("vectorised", ALGORITHMS[stacking](PLAIN_SGD, 4, 10), view.client, gpu)[0]
+    for other in ("splitfed_v2", "sfl_local_loss"):  # one server part trained client after client
         vectorise, why = choose_split_execution("vectorised", ALGORITHMS[other](PLAIN_SGD, 4, 10), view.client, gpu)
         assert not vectorise and "one after another" in why, other
     deep = split_model(alexnet(DIGITS_INFO, hidden=16), "S4")  # the first dropout is on the client

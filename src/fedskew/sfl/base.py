@@ -147,11 +147,11 @@ class StackedClientParts:
     them: no batch normalisation, see `stacked_blocker`).
     """
 
-    def __init__(self, module: nn.Module, state: StateDict, settings: TrainingSettings, count: int) -> None:
+    def __init__(self, module: nn.Module, states: list[StateDict], settings: TrainingSettings) -> None:
         self.names = [name for name, _ in module.named_parameters()]
-        self.keys = list(state)
-        self.buffers = {key: value for key, value in state.items() if key not in self.names}
-        self.parameters = [state[name].detach().expand(count, *state[name].shape).clone().requires_grad_(True)
+        self.keys = list(states[0])
+        self.buffers = {key: value for key, value in states[0].items() if key not in self.names}
+        self.parameters = [torch.stack([state[name].detach() for state in states]).requires_grad_(True)
                            for name in self.names]
         self.momentum: list[torch.Tensor | None] = [None] * len(self.parameters)
         self.settings = settings
@@ -228,12 +228,14 @@ class SplitAlgorithm(Algorithm):
         state = rnd.view.client_state(rnd.global_state) if state is None else state
         return [PartCopy(rnd.view.client, state, self.settings) for _ in rnd.clients]
 
-    def client_parts(self, rnd: SplitRound) -> ClientParts | StackedClientParts:
-        """The participants' client parts from the global client part: stacked when the round is vectorised."""
-        state = rnd.view.client_state(rnd.global_state)
+    def client_parts(self, rnd: SplitRound, states: list[StateDict] | None = None) -> ClientParts | StackedClientParts:
+        """The participants' client parts, from `states` (one per participant; default: the global client part
+        for each), stacked when the round is vectorised."""
+        if states is None:
+            states = [rnd.view.client_state(rnd.global_state)] * len(rnd.clients)
         if rnd.vectorised:
-            return StackedClientParts(rnd.view.client, state, self.settings, len(rnd.clients))
-        return ClientParts([PartCopy(rnd.view.client, state, self.settings) for _ in rnd.clients])
+            return StackedClientParts(rnd.view.client, states, self.settings)
+        return ClientParts([PartCopy(rnd.view.client, state, self.settings) for state in states])
 
     def server_copy(self, rnd: SplitRound) -> PartCopy:
         """A copy of the global server part (SCALA and SplitFedV2 train one, V1/V3 one per client)."""
@@ -248,18 +250,27 @@ class SplitAlgorithm(Algorithm):
         sizes = minibatch_sizes([c.num_samples for c in rnd.clients], int(self.hp["server_batch"]))
         return [BatchStream(c, b) for c, b in zip(rnd.clients, sizes)], sizes
 
-    def train_with_server_copies(self, rnd: SplitRound, workers: list[PartCopy], servers: list[PartCopy],
-                                 traffic: dict[str, int]) -> list[torch.Tensor]:
+    def train_with_server_copies(self, rnd: SplitRound, workers: ClientParts | StackedClientParts,
+                                 servers: list[PartCopy], traffic: dict[str, int]) -> list[torch.Tensor]:
         """T iterations in which client k trains with its own server copy k (SplitFedV1, V3).
 
-        The pairs are independent, so the order they step in does not matter.
+        The pairs are independent, so the order they step in does not matter: every client part
+        forwards, then each server copy takes its step (in client order, so a server part's dropout
+        draws from the round's generator in the same order whether the client parts are stacked or
+        not), then every client part back-propagates the gradient its server copy returned.
         """
         streams, _ = self.streams(rnd)
         loss_sums = self.loss_sums(rnd)
         for _ in range(self.hp["local_iterations"]):
-            for worker, server, stream, loss_sum in zip(workers, servers, streams, loss_sums):
-                batch = stream.next()
-                loss_sum += split_step(worker, server, rnd.inputs(batch, stream.client), rnd.y[batch], traffic)
+            batches = [stream.next() for stream in streams]
+            activations = workers.forward([rnd.inputs(b, s.client) for b, s in zip(batches, streams)])
+            gradients = []
+            for server, activation, batch, loss_sum in zip(servers, activations, batches, loss_sums):
+                loss, gradient = server_step(server, activation, rnd.y[batch], traffic)
+                loss_sum += loss
+                gradients.append(gradient)
+            workers.backward(activations, gradients)
+            workers.step()
         return loss_sums
 
     @staticmethod
@@ -282,20 +293,30 @@ def split_step(worker: PartCopy, server: PartCopy, x: torch.Tensor, y: torch.Ten
                traffic: dict[str, int]) -> torch.Tensor:
     """One step of vanilla split learning for one client: activations up, ∇_A down, both parts step.
 
-    The gradient sent back is taken with the server weights before its step (as in SCALA Eq. 8).
     Returns the (detached) cross-entropy loss.
     """
     activations = worker(x)
-    received = activations.detach().requires_grad_(True)
+    loss, gradient = server_step(server, activations, y, traffic)
+    activations.backward(gradient)
+    worker.step()
+    return loss
+
+
+def server_step(server: PartCopy, activation: torch.Tensor, y: torch.Tensor,
+                traffic: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The server side of vanilla split learning for one client: its activations in, cross entropy, a step.
+
+    Returns the (detached) loss and ∇_A, the gradient sent back, taken with the server
+    weights before the step (as in SCALA Eq. 8).
+    """
+    received = activation.detach().requires_grad_(True)
     loss = F.cross_entropy(server(received), y)
     loss.backward()  # gradients of the server part and of the received activations, with w_s^t
     server.step()
-    activations.backward(received.grad)
-    worker.step()
     traffic["up_activations"] += tensor_bytes(received)
     traffic["up_labels"] += tensor_bytes(y)
     traffic["down_gradients"] += tensor_bytes(received.grad)
-    return loss.detach()
+    return loss.detach(), received.grad
 
 
 def new_traffic() -> dict[str, int]:

@@ -16,14 +16,15 @@ from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic, state_byte
 
 class SplitFedV1(SplitAlgorithm):
     name = "splitfed_v1"
+    vectorised_clients = True  # the client parts may train stacked (training.execution); server copies stay per client
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
         traffic = new_traffic()
         traffic["down_weights"] = len(rnd.clients) * state_bytes(rnd.view.client_state(rnd.global_state))
-        workers = self.client_copies(rnd)
+        workers = self.client_parts(rnd)
         servers = [self.server_copy(rnd) for _ in rnd.clients]
         loss_sums = self.train_with_server_copies(rnd, workers, servers, traffic)
-        client_states = [w.detached_state() for w in workers]
+        client_states = workers.states()
         traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
         global_state = rnd.view.full_state(self.average(client_states, rnd.clients),
                                            self.average([s.detached_state() for s in servers], rnd.clients))

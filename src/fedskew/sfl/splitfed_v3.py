@@ -25,11 +25,12 @@ import torch
 from torch import nn
 
 from fedskew.fl.base import RoundResult, StateDict
-from fedskew.sfl.base import PartCopy, SplitAlgorithm, SplitRound, new_traffic
+from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic
 
 
 class SplitFedV3(SplitAlgorithm):
     name = "splitfed_v3"
+    vectorised_clients = True  # the personal client parts may train stacked (training.execution)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -45,12 +46,11 @@ class SplitFedV3(SplitAlgorithm):
         self._view = rnd.view
         traffic = new_traffic()
         initial = rnd.view.client_state(rnd.global_state)
-        workers = [PartCopy(rnd.view.client, self._personal.get(c.client_id, initial), self.settings)
-                   for c in rnd.clients]
+        workers = self.client_parts(rnd, [self._personal.get(c.client_id, initial) for c in rnd.clients])
         servers = [self.server_copy(rnd) for _ in rnd.clients]
         loss_sums = self.train_with_server_copies(rnd, workers, servers, traffic)
-        for client, worker in zip(rnd.clients, workers):
-            self._personal[client.client_id] = worker.detached_state()
+        for client, state in zip(rnd.clients, workers.states()):
+            self._personal[client.client_id] = state
         server_state = self.average([s.detached_state() for s in servers], rnd.clients)
         global_state = rnd.view.full_state(initial, server_state)  # the client part stays the initial one
         return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)
