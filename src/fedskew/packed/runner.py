@@ -126,8 +126,8 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
         return (max_rounds is not None and len(asked) >= max_rounds) or \
             time.time() + 2 * per_round + CHECKPOINT_MARGIN_S > deadline
 
-    def event(kind: str, last_round: int, **extra: Any) -> RunEvent:
-        done = len(asked) + (kind == "finished")  # the last round is not asked about
+    def event(kind: str, last_round: int, done: int | None = None, **extra: Any) -> RunEvent:
+        done = len(asked) if done is None else done  # asked once after every round but the last
         flops = run_flops(cfg) * done / cfg.training["rounds"]
         return RunEvent(kind, cfg.run_id, run_dir, worker, done, last_round, time.time() - started, flops, **extra)
 
@@ -146,7 +146,7 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
         log.exception("%s failed", run_dir)
         return event("failed", asked[-1][0] if asked else 0, error=f"{type(error).__name__}: {error}")
     write_run_files(cfg, result.history, {**result.final, "provenance": provenance})
-    return event("finished", cfg.training["rounds"])
+    return event("finished", cfg.training["rounds"], done=len(result.history) - result.resumed_from)
 
 
 def _worker(worker: int, tasks: multiprocessing.Queue, events: multiprocessing.Queue, deadline: float,
