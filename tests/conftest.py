@@ -53,6 +53,18 @@ def no_local_dataset_folders(monkeypatch):
     monkeypatch.setattr(sources, "OS_PACKAGES", {})
 
 
+# A project with Fashion-MNIST alone (the tests of its local sources and of the OS package).
+FASHION_PARAMS = {
+    "run": {"suites": ["s"]},
+    "datasets": {"fashionmnist": {"source": "fashionmnist"}},
+    "partitions": {"iid": {"scheme": "iid", "clients": 2}},
+    "methods": {},
+    "suites": {"s": {"settings": [{"dataset": "fashionmnist", "partitions": ["iid"]}], "methods": ["fedavg"],
+                     "seeds": [0]}},
+    "training": {},
+}
+
+
 @pytest.fixture
 def tiny_params() -> dict:
     return copy.deepcopy(TINY_PARAMS)
@@ -95,6 +107,19 @@ def project(tmp_path, tiny_params, monkeypatch):
     for dataset, partition, seed in sorted(params.partitions_needed()):
         cmd_partition(params, argparse.Namespace(dataset=dataset, partition=partition, seed=seed))
     return tmp_path
+
+
+@pytest.fixture
+def server():
+    """A loopback HTTP server for fake dataset archives (tests/fixtures/fake_archives.py), closed afterwards."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+    from fake_archives import LoopbackServer
+
+    srv = LoopbackServer()
+    yield srv
+    srv.close()
 
 
 @pytest.fixture(scope="session")

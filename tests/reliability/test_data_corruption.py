@@ -50,13 +50,6 @@ def digits_project(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture
-def server():
-    srv = LoopbackServer()
-    yield srv
-    srv.close()
-
-
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -37,13 +37,6 @@ def md5_of(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
 
 
-@pytest.fixture
-def server():
-    srv = LoopbackServer()
-    yield srv
-    srv.close()
-
-
 @pytest.fixture(scope="module")
 def cinic_fake():
     return fakes.fake_cinic10()

@@ -20,6 +20,7 @@ import yaml
 
 from fedskew.cli import main
 from fedskew.data import sources
+from tests.conftest import FASHION_PARAMS
 
 PACKAGE = sources.OS_PACKAGES["fashionmnist"]  # read at collection, before tests/conftest.py hides it
 # The official files' md5s (Zalando's fashion-mnist repository), independently of fedskew.data.download.
@@ -45,15 +46,7 @@ def prepared(tmp_path_factory) -> Path:
     import torchvision.datasets
 
     root = tmp_path_factory.mktemp("project")
-    (root / "params.yaml").write_text(yaml.safe_dump({
-        "run": {"suites": ["s"]},
-        "datasets": {"fashionmnist": {"source": "fashionmnist"}},
-        "partitions": {"iid": {"scheme": "iid", "clients": 2}},
-        "methods": {},
-        "suites": {"s": {"settings": [{"dataset": "fashionmnist", "partitions": ["iid"]}], "methods": ["fedavg"],
-                         "seeds": [0]}},
-        "training": {},
-    }, sort_keys=False))
+    (root / "params.yaml").write_text(yaml.safe_dump(FASHION_PARAMS, sort_keys=False))
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)
         patch.delenv(sources.ENV_VAR, raising=False)

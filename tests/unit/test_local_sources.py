@@ -33,17 +33,11 @@ from fedskew.data.fetch import (  # noqa: E402
     DatasetUnavailableError,
     file_sha256,
 )
+from tests.conftest import FASHION_PARAMS  # noqa: E402
 
 
 def md5_of(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
-
-
-@pytest.fixture
-def server():
-    srv = LoopbackServer()
-    yield srv
-    srv.close()
 
 
 def fake_with_payloads(name: str, server: LoopbackServer, monkeypatch) -> FakeDataset:
@@ -322,15 +316,7 @@ def test_named_folders_parse_like_path(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fashion_project(tmp_path, monkeypatch):
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
-        "run": {"suites": ["s"]},
-        "datasets": {"fashionmnist": {"source": "fashionmnist"}},
-        "partitions": {"iid": {"scheme": "iid", "clients": 2}},
-        "methods": {},
-        "suites": {"s": {"settings": [{"dataset": "fashionmnist", "partitions": ["iid"]}], "methods": ["fedavg"],
-                         "seeds": [0]}},
-        "training": {},
-    }, sort_keys=False))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(FASHION_PARAMS, sort_keys=False))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
