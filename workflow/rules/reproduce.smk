@@ -34,6 +34,7 @@ rule claims:
         tables=[paths.PAPER_TABLE.format(table=t, ext="md") for t in paper_table_ids()],
         runs=reproduction_runs(P.reproduce_suites),
         claims=sorted(str(p) for p in (REPRODUCE_DIR / "claims").glob("*.yaml")),
+        policy=str(REPRODUCE_DIR / "policy.yaml"),   # the words and their thresholds
     output:
         md=report(paths.CLAIMS.format(ext="md"), caption="../report/claims.rst", category="papers",
                   subcategory="claims ledger"),

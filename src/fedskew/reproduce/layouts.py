@@ -22,15 +22,22 @@ fedlc_t4:
   cross:                                 # a row level x a column level -> fields, applied after both
     "K=10": {"α=2": {partition: qpl2}}   # (for a field that depends on the row and the column together)
   metric: final_acc                      # final_acc (default, in %) or final_loss
+  reported_round: silent                 # final / best / silent (default): which round the paper reports
   notes: ["how the mapping was chosen"]
 ```
+
+Where the paper does not say which round it reports (`reported_round: silent`, true of all four
+papers), the layout gains one more protocol, `BEST_ROUND_PROTOCOL`: every cell of the main protocol
+read at its best evaluated round instead of its final one (the best-round statistic, labelled as such;
+it never replaces the final round, which is the main protocol).
 
 A label with several levels ("CIFAR10 / β=0.05", "E=1 / FedAvg") is looked up whole
 first, then level by level, the fields of every level merged (later levels win). A cell's
 fields are defaults ⊕ row ⊕ column: `suite`, `dataset`, `partition`, `method`, and
 optionally `round` (the accuracy at that round of the run: with a constant learning rate,
-exactly the result of a run that stops there) or `not_run` (a reason: the cell has no
-fedskew counterpart, e.g. the paper does not name the dataset).
+exactly the result of a run that stops there), `statistic` (`final`, the default, or `best`: the
+best evaluated round up to `round`) or `not_run` (a reason: the cell has no fedskew counterpart,
+e.g. the paper does not name the dataset).
 """
 
 from __future__ import annotations
@@ -44,8 +51,11 @@ import yaml
 from fedskew.reproduce.paper_tables import PaperTable, load_paper_table
 
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
-CELL_FIELDS = ("suite", "dataset", "partition", "method", "round", "not_run")
+CELL_FIELDS = ("suite", "dataset", "partition", "method", "round", "statistic", "not_run")
 METRICS = ("final_acc", "final_loss")
+STATISTICS = ("final", "best")
+REPORTED_ROUNDS = ("final", "best", "silent")
+BEST_ROUND_PROTOCOL = "main protocol, best round instead of the final one (the paper does not say which it reports)"
 
 
 class LayoutError(ValueError):
@@ -61,6 +71,7 @@ class CellSpec:
     partition: str | None = None
     method: str | None = None
     round: int | None = None
+    statistic: str = "final"   # "best": the best evaluated round (highest accuracy, lowest loss)
     not_run: str | None = None
 
 
@@ -76,6 +87,7 @@ class Layout:
     cross: dict = field(default_factory=dict)
     metric: str = "final_acc"
     notes: tuple = ()
+    reported_round: str = "silent"
 
     def _fields(self, label: str, mapping: dict, axis: str) -> dict:
         if label in mapping:
@@ -94,7 +106,7 @@ class Layout:
 
     def cell(self, row: str, column: str, protocol: str | None = None) -> CellSpec:
         """The spec of (row, column) under the main protocol or a named one."""
-        fields = {**self.defaults}
+        fields = {"statistic": "final", **self.defaults}
         for part in (self.row_fields(row), self._fields(column, self.columns, "column")):
             reason = part.pop("not_run", None)
             fields.update(part)
@@ -147,7 +159,8 @@ def _check_fields(where: str, fields: dict) -> None:
 
 def parse_layout(table_id: str, doc: dict, origin: str) -> Layout:
     table = load_paper_table(table_id)
-    allowed = {"defaults", "rows", "columns", "extra_rows", "protocols", "proxies", "cross", "metric", "notes"}
+    allowed = {"defaults", "rows", "columns", "extra_rows", "protocols", "proxies", "cross", "metric", "notes",
+               "reported_round"}
     unknown = set(doc) - allowed
     if unknown:
         raise LayoutError(f"{origin}: {table_id} has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -160,11 +173,22 @@ def parse_layout(table_id: str, doc: dict, origin: str) -> Layout:
     metric = doc.get("metric", "final_acc")
     if metric not in METRICS:
         raise LayoutError(f"{origin}: {table_id}.metric is {metric!r}; allowed: {list(METRICS)}")
+    reported = doc.get("reported_round", "silent")
+    if reported not in REPORTED_ROUNDS:
+        raise LayoutError(f"{origin}: {table_id}.reported_round is {reported!r}; allowed: {list(REPORTED_ROUNDS)}")
+    protocols = dict(doc.get("protocols") or {})
+    for name, swaps in protocols.items():
+        _check_fields(f"{origin}: {table_id}.protocols.{name}", swaps)
+        if not all(isinstance(m, dict) for m in swaps.values()):
+            raise LayoutError(f"{origin}: {table_id}.protocols.{name}: each field maps {{old: new}}, got {swaps}")
+    if reported == "silent":
+        # The paper does not say which round it reports: the best round is a sensitivity protocol.
+        protocols[BEST_ROUND_PROTOCOL] = {"statistic": {"final": "best"}}
     layout = Layout(table=table, defaults=dict(doc.get("defaults") or {}), rows=dict(doc.get("rows") or {}),
                     columns=dict(doc.get("columns") or {}), extra_rows=dict(doc.get("extra_rows") or {}),
-                    protocols=dict(doc.get("protocols") or {}), proxies=tuple(doc.get("proxies") or ()),
+                    protocols=protocols, proxies=tuple(doc.get("proxies") or ()),
                     cross=dict(doc.get("cross") or {}),
-                    metric=metric, notes=tuple(doc.get("notes") or ()))
+                    metric=metric, notes=tuple(doc.get("notes") or ()), reported_round=reported)
     for proxy in layout.proxies:
         missing = {"label", "suite", "dataset", "partition"} - set(proxy)
         if missing:

@@ -25,7 +25,7 @@ paper kept the number. ``pm`` is the printed ± (absent where the paper prints n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -49,12 +49,15 @@ class PaperCell:
     marker: str | None         # "-" or "lost", else None
     source: str
     note: str = ""
+    decimals: int = 2          # the table's printed precision (`PaperTable.decimals`)
 
     @property
     def text(self) -> str:
+        """The number as the paper prints it (trailing zeros restored to the table's precision)."""
         if self.marker is not None:
             return self.marker
-        return f"{self.value:.2f} ± {self.pm:.2f}" if self.pm is not None else f"{self.value:.2f}"
+        d = self.decimals
+        return f"{self.value:.{d}f} ± {self.pm:.{d}f}" if self.pm is not None else f"{self.value:.{d}f}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,26 @@ class PaperTable:
 
     def value(self, row: str, column: str) -> float | None:
         return self.cell(row, column).value
+
+    @property
+    def decimals(self) -> int:
+        """The precision the paper prints this table at: the most decimals any printed number has
+        (YAML drops trailing zeros, so one cell's 72.1 is the paper's 72.10)."""
+        return printed_decimals(v for c in self.cells.values() for v in (c.value, c.pm) if v is not None)
+
+
+def printed_decimals(values) -> int:
+    """The most decimals among numbers as transcribed (0.0058 -> 4, 72.09 -> 2, 97 -> 0)."""
+    most = 0
+    for value in values:
+        text = repr(float(value))
+        if "e" in text:  # repr switches to exponents below 1e-4: count from the exponent
+            mantissa, exponent = text.split("e")
+            places = len(mantissa.split(".")[1].rstrip("0")) if "." in mantissa else 0
+            most = max(most, places - int(exponent))
+        else:
+            most = max(most, len(text.split(".")[1].rstrip("0")))
+    return most
 
 
 def _number(raw, what: str) -> float:
@@ -131,6 +154,8 @@ def parse_paper_table(doc: dict, origin: str = "<memory>") -> PaperTable:
     if absent:
         raise PaperTableError(f"{origin}: {len(absent)} cells missing, first {absent[:3]}; "
                               f"use value: lost for a number the rendering lost")
+    decimals = printed_decimals(v for c in cells.values() for v in (c.value, c.pm) if v is not None)
+    cells = {key: replace(cell, decimals=decimals) for key, cell in cells.items()}
     return PaperTable(id=str(doc["id"]), paper=str(doc["paper"]), table=str(doc["table"]), source=source,
                       caption=str(doc["caption"]), metric=str(doc["metric"]), rows=rows, columns=columns,
                       cells=cells, notes=tuple(map(str, doc.get("notes") or ())))

@@ -6,7 +6,11 @@ A cell is built from run files only (`results/runs/.../metrics.json`, `history.c
 - the suite is not (it needs a download or a GPU) → `not run: <reason>`;
 - the layout says the cell has no counterpart → `not run: <reason>`.
 
-Final-round numbers only, as everywhere in fedskew; a diverged seed is counted apart.
+Final-round numbers, as everywhere in fedskew; where the paper does not say which round it
+reports, one sensitivity protocol reads each run's best evaluated round instead, labelled as such
+(`layouts.BEST_ROUND_PROTOCOL`). A diverged seed is counted apart. Numbers print at the paper's
+precision, or at 3 significant digits where that is coarser (`policy.decimals_for`): a loss of
+0.0058 keeps its digits.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from pathlib import Path
 
 from fedskew import paths
 from fedskew.config import Params, RunConfig
-from fedskew.reproduce.layouts import CellSpec, Layout, load_layouts
+from fedskew.reproduce.layouts import BEST_ROUND_PROTOCOL, STATISTICS, CellSpec, Layout, load_layouts
+from fedskew.reproduce.policy import decimals_for
 from fedskew.runfiles import read_history, read_metrics
 
 OFFLINE_SOURCES = {"digits", "synthetic"}
@@ -46,14 +51,17 @@ class OurCell:
     def std(self) -> float | None:
         return statistics.stdev(self.seeds.values()) if self.n >= 2 else None
 
-    def text(self) -> str:
+    def text(self, decimals: int = 2) -> str:
+        """mean ± std (n) at the paper's precision `decimals`, or 3 significant digits where finer."""
         if self.not_run:
             return f"not run: {self.not_run}"
         if not self.seeds:
             return f"diverged ({self.diverged} seeds)"
-        spread = f" ± {self.std:.2f}" if self.std is not None else ""
+        places = decimals_for(self.mean, decimals)
+        spread = f" ± {self.std:.{places}f}" if self.std is not None else ""
         extra = f", {self.diverged} diverged" if self.diverged else ""
-        return f"{self.mean:.2f}{spread} (n={self.n}{extra})"
+        best = ", best round" if self.spec.statistic == "best" else ""
+        return f"{self.mean:.{places}f}{spread} (n={self.n}{best}{extra})"
 
 
 def not_run_reason(params: Params, spec: CellSpec) -> str:
@@ -80,7 +88,11 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
         if record.get("status") == "diverged":
             cell.diverged += 1
             continue
-        if spec.round is not None:
+        if spec.statistic not in STATISTICS:
+            raise ValueError(f"cell {spec}: statistic {spec.statistic!r} is not one of {STATISTICS}")
+        if spec.statistic == "best":
+            value = _best_value(cfg, root, spec.round, metric)
+        elif spec.round is not None:
             value = _history_value(cfg, root, spec.round, metric)
         else:
             value = float(record[metric])
@@ -95,6 +107,18 @@ def _history_value(cfg: RunConfig, root: Path, rnd: int, metric: str) -> float:
             return float(row[column])
     raise ValueError(f"{cfg.path(paths.RUN_HISTORY)} has no evaluated round {rnd}: "
                      f"set eval_every to a divisor of {rnd}")
+
+
+def _best_value(cfg: RunConfig, root: Path, last_round: int | None, metric: str) -> float:
+    """The best evaluated round up to `last_round` (all rounds if None): the highest accuracy, or the
+    lowest loss. A statistic of its own, labelled as such: it never replaces the final round."""
+    column = {"final_acc": "test_acc", "final_loss": "test_loss"}[metric]
+    values = [float(row[column]) for row in read_history(cfg, root)
+              if column in row and row[column] not in ("", None) and (last_round is None or row["round"] <= last_round)]
+    if not values:
+        raise ValueError(f"{cfg.path(paths.RUN_HISTORY)} has no evaluated round"
+                         + (f" up to {last_round}" if last_round is not None else ""))
+    return max(values) if metric == "final_acc" else min(values)
 
 
 def our_cells(params: Params, layout: Layout, protocol: str | None, root: Path = Path(".")
@@ -114,12 +138,12 @@ def _uncovered(ours: OurCell) -> bool:
     return bool(ours.not_run) and (ours.not_run.startswith("not part of") or " does not run " in ours.not_run)
 
 
-def _cell_md(ours: OurCell, paper_text: str | None, d: float | None) -> str:
-    parts = [ours.text()]
+def _cell_md(ours: OurCell, paper_text: str | None, d: float | None, decimals: int) -> str:
+    parts = [ours.text(decimals)]
     if paper_text is not None:
         parts.append(f"paper {paper_text}")
     if d is not None:
-        parts.append(f"Δ {d:+.2f}")
+        parts.append(f"Δ {d:+.{decimals_for(ours.mean, decimals)}f}")
     return "<br>".join(parts)
 
 
@@ -135,14 +159,22 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
     lines = [f"# {table.source} — ours beside the paper's", "",
              f"*{table.caption}*", "",
              f"Each cell: fedskew's final-round {unit} (mean ± sample std over seeds, n), the paper's value, and "
-             "Δ = ours − paper. `not run` says why a cell has no number here. Built from the run files by "
+             "Δ = ours − paper, at the paper's precision (or 3 significant digits where that is finer). "
+             "`not run` says why a cell has no number here. Built from the run files by "
              f"`snakemake --cores all results/papers/{table_id}.md`.", ""]
     record = {"table": table_id, "source": table.source, "caption": table.caption, "metric": layout.metric,
               "protocols": {}}
     for protocol in (None, *layout.protocols):
         cells = our_cells(params, layout, protocol, root)
         label = protocol_label(protocol)
-        if protocol is not None:
+        if protocol == BEST_ROUND_PROTOCOL:
+            best = "highest test accuracy" if layout.metric == "final_acc" else "lowest test loss"
+            lines += [f"## Sensitivity: {label}", "",
+                      f"Every cell of the main protocol read at its run's best evaluated round ({best}; runs are "
+                      "evaluated every `eval_every` rounds) instead of the final one. The paper does not say which "
+                      "round it reports. Picking the best round inflates numbers, most where seeds vary most: this "
+                      "statistic is labelled as such and never replaces the final round above.", ""]
+        elif protocol is not None:
             lines += [f"## Sensitivity: {label}", "",
                       "The same cells under a protocol the paper leaves open; — marks a cell this protocol "
                       "does not cover.", ""]
@@ -161,7 +193,7 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
                 if protocol is not None and _uncovered(ours):
                     texts.append("—")  # the sensitivity protocol does not cover this cell
                 else:
-                    texts.append(_cell_md(ours, paper_text, d))
+                    texts.append(_cell_md(ours, paper_text, d, table.decimals))
                 out_cells.append({"row": row, "column": column, "paper": paper.value if paper else None,
                                   "paper_pm": paper.pm if paper else None, "ours_mean": ours.mean,
                                   "ours_std": ours.std, "n": ours.n, "seeds": ours.seeds,
