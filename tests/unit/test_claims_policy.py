@@ -130,7 +130,7 @@ def test_a_trend_with_one_uptick_within_the_tolerance_holds_but_is_not_strict() 
     # decreasing 80 -> 80.4 -> 70 on three seeds (+-0.1): net -10, one step back of 0.4 (< 1 point)
     line = [{0: 80.0, 1: 80.1, 2: 79.9}, {0: 80.4, 1: 80.5, 2: 80.3}, {0: 70.0, 1: 70.1, 2: 69.9}]
     claim = _claim(kind="trend", along="columns", order=list("pqr"), for_each=["A"], direction="decreasing",
-                   word="decreases as X grows")
+                   word="decreases / increases as X grows")
     out = evaluate(claim, _trend_source({"A": line}))
     assert out["verdict"] == REPRODUCED and out["strict"] == NOT_REPRODUCED
     assert out["lines"][0]["within_tolerance"]
@@ -139,7 +139,7 @@ def test_a_trend_with_one_uptick_within_the_tolerance_holds_but_is_not_strict() 
 def test_a_trend_whose_uptick_exceeds_the_tolerance_fails_even_if_it_falls_net() -> None:
     line = [{0: 80.0, 1: 80.1, 2: 79.9}, {0: 83.0, 1: 83.1, 2: 82.9}, {0: 70.0, 1: 70.1, 2: 69.9}]
     claim = _claim(kind="trend", along="columns", order=list("pqr"), for_each=["A"], direction="decreasing",
-                   word="decreases as X grows")
+                   word="decreases / increases as X grows")
     assert evaluate(claim, _trend_source({"A": line}))["verdict"] == NOT_REPRODUCED
     # ... and at 4 times the tolerance (4 points) the 3-point step back is allowed
     assert evaluate(claim, _trend_source({"A": line}), factor=4.0)["verdict"] == REPRODUCED
@@ -188,7 +188,7 @@ def test_a_claim_without_its_word_or_with_a_hand_threshold_is_refused() -> None:
         _check(_claim(kind="gap", subject="Ours", against=["FedAvg"], columns=["Synthetic(1,1)"], word="by X %"))
     with pytest.raises(ClaimError, match="is a trend word"):
         _check(_claim(kind="gap", subject="Ours", against=["FedAvg"], columns=["Synthetic(1,1)"],
-                      word="decreases as X grows"))
+                      word="decreases / increases as X grows"))
 
 
 def test_a_policy_with_a_bad_rule_is_refused() -> None:

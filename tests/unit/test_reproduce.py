@@ -134,7 +134,7 @@ def test_a_loss_claim_counts_lower_as_better() -> None:
 def test_trend_verdicts(lines, verdict, strict) -> None:
     grid = {(line, col): v for line, values in lines.items() for col, v in zip(["p", "q", "r"], values)}
     claim = _claim(kind="trend", along="columns", order=["p", "q", "r"], for_each=list(lines),
-                   direction="decreasing", word="decreases as X grows")
+                   direction="decreasing", word="decreases / increases as X grows")
     out = evaluate(claim, Grid(grid, point=True))
     assert (out["verdict"], out["strict"]) == (verdict, strict)
 

@@ -671,11 +671,23 @@ def _paper_headline(records: list[dict]) -> list[str]:
     return [f"**On the papers' own numbers**, of {len(records)} claims: " + "; ".join(parts) + "."]
 
 
-def summary_markdown(records: list[dict]) -> str:
-    """The ledger's headline: verdicts on our runs per paper, then the paper's own numbers by cause.
-    README.md and docs/reproducing-papers.md carry it verbatim (a test compares them with
-    results/claims.json)."""
-    return "\n".join([*_headline(records), "", *_paper_headline(records)])
+def summary_markdown(records: list[dict], proxies: dict | None = None) -> str:
+    """The ledger's headline: verdicts on our runs per paper, the paper's own numbers by cause, and
+    what the offline proxies show. README.md and docs/reproducing-papers.md carry it verbatim (a
+    test compares them with results/claims.json)."""
+    lines = [*_headline(records), "", *_paper_headline(records)]
+    by_claim: dict[str, list[str]] = {}
+    for entry in (proxies or {}).get("claims", []):
+        by_claim.setdefault(entry["claim"], []).append(entry["verdict"])
+    if by_claim:
+        every = sum(all(v == REPRODUCED for v in vs) for vs in by_claim.values())
+        against = sum(NOT_REPRODUCED in vs for vs in by_claim.values())
+        settings = len({(p["suite"], p["dataset"], p["partition"]) for p in proxies["pairs"]})
+        lines += ["", f"**Offline proxies** (the direction only, on {settings} offline settings, never the paper's "
+                  f"verdict): of {len(by_claim)} gap claims, the direction is reproduced on every setting for "
+                  f"{every}, not reproduced on at least one for {against}, and inconclusive elsewhere for "
+                  f"{len(by_claim) - every - against}."]
+    return "\n".join(lines)
 
 
 def render_policy() -> str:
@@ -708,7 +720,7 @@ def render_policy() -> str:
 
 def render_ledger(records: list[dict], proxies: dict | None = None) -> str:
     proxies = proxies or {}
-    lines = ["# Claims ledger: does each paper reproduce?", "", summary_markdown(records), "",
+    lines = ["# Claims ledger: does each paper reproduce?", "", summary_markdown(records, proxies), "",
              "Each claim is a sentence of a paper's experiment section written as a checkable statement over the "
              "paper's own table (`src/fedskew/reproduce/claims/`), with the word of the sentence that sets its "
              "threshold. *Paper* evaluates it on the paper's printed numbers; *fedskew* on ours, in the table's "

@@ -181,7 +181,12 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
         else:
             lines += [f"## {label.capitalize()}", ""]
         header = ["", *table.columns]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        silent = protocol is not None and not any(cell.n for cell in cells.values())
+        if silent:  # a sensitivity protocol none of whose cells runs here: one line, not a grid of "not run"
+            lines += ["No cell of this protocol has run here (its suites are not in `reproduce.suites`); the "
+                      "JSON twin lists each cell's run.", ""]
+        else:
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out_cells = []
         for row in (*table.rows, *layout.extra_rows):
             texts = []
@@ -200,8 +205,10 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
                                   "diverged": ours.diverged, "delta": d, "not_run": ours.not_run,
                                   "spec": asdict(ours.spec)})
             name = row if row in table.rows else f"{row} *(fedskew only)*"
-            lines.append("| " + " | ".join([name, *texts]) + " |")
-        lines.append("")
+            if not silent:
+                lines.append("| " + " | ".join([name, *texts]) + " |")
+        if not silent:
+            lines.append("")
         record["protocols"][label] = out_cells
     lines += ["## Protocol", ""]
     suites = sorted({c["spec"]["suite"] for cells in record["protocols"].values() for c in cells
