@@ -183,8 +183,7 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
         header = ["", *table.columns]
         silent = protocol is not None and not any(cell.n for cell in cells.values())
         if silent:  # a sensitivity protocol none of whose cells runs here: one line, not a grid of "not run"
-            lines += ["No cell of this protocol has run here (its suites are not in `reproduce.suites`); the "
-                      "JSON twin lists each cell's run.", ""]
+            lines += ["No cell of this protocol has run here (its suites are not in `reproduce.suites`).", ""]
         else:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out_cells = []
@@ -209,7 +208,7 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
                 lines.append("| " + " | ".join([name, *texts]) + " |")
         if not silent:
             lines.append("")
-        record["protocols"][label] = out_cells
+        record["protocols"][label] = [] if silent else out_cells  # nothing ran: the main protocol lists the runs
     lines += ["## Protocol", ""]
     suites = sorted({c["spec"]["suite"] for cells in record["protocols"].values() for c in cells
                      if c["spec"]["suite"] and not c["not_run"]})
