@@ -248,3 +248,15 @@ def test_loss_gaps_keep_their_digits() -> None:
 ])
 def test_readable_numbers(value, floor, decimals) -> None:
     assert decimals_for(value, floor) == decimals
+
+
+def test_readme_and_docs_carry_the_committed_ledgers_headline() -> None:
+    # The README's results section is the committed ledger's headline, rebuilt from the committed runs.
+    import json
+
+    from fedskew.reproduce.claims import summary_markdown
+
+    twin = json.loads((REPO / "results" / "claims.json").read_text())
+    summary = summary_markdown(twin["claims"], twin["proxies"])
+    assert summary in (REPO / "README.md").read_text()
+    assert summary in (REPO / "docs" / "reproducing-papers.md").read_text()

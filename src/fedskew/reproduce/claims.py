@@ -522,13 +522,14 @@ def _proxy_pair(params: Params, layout: Layout, proxy: dict, subject: str, basel
     effect = combined_effect(OursSource({}, layout.table.decimals), [(sign, mine), (-sign, theirs)])
     if effect is None:
         return None
-    # The direction only: ahead (> 0), whatever the claim's threshold or tie rule, since a proxy's
-    # magnitudes do not carry over to the paper's setting.
     seeds = len(set(mine) & set(theirs))
+    # The direction only, ahead (> 0), whatever the claim's threshold or tie rule: a proxy's
+    # magnitudes do not carry over to the paper's setting.
+    verdict = judge(effect, 0.0, ties_hold=False)
     return {"suite": proxy["suite"], "dataset": proxy["dataset"], "partition": proxy["partition"],
             "setting": f"{proxy['label']}, {seeds} seed{'s' if seeds != 1 else ''}",
             "subject": subject, "against": baseline, "better": "lower" if sign < 0 else "higher",
-            "metric": layout.metric, "verdict": judge(effect, 0.0, ties_hold=False), "effect": _effect_record(effect),
+            "metric": layout.metric, "verdict": verdict, "effect": _effect_record(effect),
             "places": decimals_for(_mean(mine), layout.table.decimals), "claims": []}
 
 
