@@ -87,7 +87,7 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
         assert {"git.commit", "git.dirty", "fedskew.config_hash", "fedskew.partition_hash"} <= set(tags)
         assert mlflow_run.data.params["training.lr"] == "0.05"
         if mlflow_run.data.params["method_spec.algorithm"] == "scala":  # split traffic, per round
-            assert len(client.get_metric_history(mlflow_run.info.run_id, "bytes_up_activations")) == rounds
+            assert len(client.get_metric_history(mlflow_run.info.run_id, "traffic/bytes_up_activations")) == rounds
         artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id)}
         assert {"history.csv", "metrics.json", "config.yaml"} <= artifacts
         assert any(a.endswith(".png") for a in artifacts)
