@@ -1,6 +1,6 @@
 # The two set-up commands of the README (run, test), and the everyday ones. Each builds (or reuses)
 # the environment first.
-.PHONY: env run verify test reproduce report
+.PHONY: env run verify test reproduce report ui
 
 SUITE ?= default
 
@@ -30,3 +30,7 @@ reproduce: env
 # One HTML page with the tables, figures and partition heatmaps (builds what is missing first).
 report: run
 	.venv/bin/snakemake --cores all --report results/report.html
+
+# mlflow ui on the project's store, with a link to each suite's runs table in the UI's Model training mode.
+ui: env
+	.venv/bin/python -m fedskew ui

@@ -344,6 +344,35 @@ def cmd_verify(params: Params, args: argparse.Namespace) -> int:
     return worst
 
 
+def ui_links(uri: str, base_url: str) -> list[str]:
+    """A link to each fedskew suite's runs table, in the UI's Model training mode (docs/tracking.md)."""
+    from fedskew import track
+
+    return [f"{name}: {base_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            for name, experiment_id in track.fedskew_experiments(uri)]
+
+
+def cmd_ui(params: Params, args: argparse.Namespace) -> None:
+    """Start `mlflow ui` on the project's store, after printing a link to each suite's runs."""
+    from fedskew import track
+
+    uri = track.tracking_uri(Path("."))
+    if not uri.startswith("sqlite:"):
+        for line in ui_links(uri, uri.rstrip("/")):
+            print(line)
+        print(f"MLFLOW_TRACKING_URI is a server ({uri}): open it there; no local UI is started", flush=True)
+        return
+    base = f"http://{args.host}:{args.port}"
+    links = ui_links(uri, base) if Path(track._sqlite_store_path(uri)).exists() else []
+    print("\n".join(links) if links else f"no fedskew run is recorded in {uri} yet: `make run` records some",
+          flush=True)
+    print(f"starting mlflow ui on {base} (Ctrl-C stops it)", flush=True)
+    mlflow = Path(sys.executable).with_name("mlflow")
+    command = [str(mlflow) if mlflow.exists() else "mlflow", "ui", "--backend-store-uri", uri,
+               "--host", args.host, "--port", str(args.port)]
+    os.execvp(command[0], command)
+
+
 def cmd_cost(params: Params, args: argparse.Namespace) -> None:
     from fedskew.reproduce.cost import cost_markdown
 
@@ -554,6 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", nargs="+", required=True)
     p.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
     p.add_argument("--keep", action="store_true", help="keep the scratch project even when the tables are identical")
+    p = sub.add_parser("ui", help="start `mlflow ui` on the project's store and print a link to each suite's "
+                                  "runs table (make ui)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5000)
     add_packed_parser(sub)
     return parser
 
@@ -562,7 +595,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
             "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
-            "run": cmd_run, "verify": cmd_verify}
+            "run": cmd_run, "verify": cmd_verify, "ui": cmd_ui}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

@@ -294,7 +294,8 @@ def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores:
                           paths.TABLE.format(suite=suite, ext="md")], cwd=scratch, runs=runs, log_path=log_path,
                          env=env)
     if code != 0:
-        return code, f"fedskew: rebuilding {suite} failed; nothing was compared (see {log_path}; scratch kept in {scratch})"
+        return code, (f"fedskew: rebuilding {suite} failed; nothing was compared (see {log_path}; "
+                      f"the scratch project is kept in {scratch})")
     check = compare(suite, scratch, label, references)
     if check.identical and not keep:
         shutil.rmtree(scratch, ignore_errors=True)

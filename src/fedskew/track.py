@@ -300,15 +300,17 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-# The MLflow UI draws a run's charts in sections by the prefix before "/" (alphabetical within a section):
-# the accuracies and losses stay unprefixed, so they open the run page; the many per-round counters go
-# below them. history.csv keeps the plain names.
-METRIC_SECTIONS = (("test_acc_class", "per_class"), ("bytes_", "traffic"), ("clients", "traffic"),
+# The MLflow UI draws a run's charts in sections named by the prefix before "/", in alphabetical order,
+# with unprefixed metrics last (MLflow 3.17). The accuracies and losses go first (`accuracy/`, `loss/`),
+# the many per-round counters after them; history.csv keeps the plain names.
+METRIC_SECTIONS = (("test_acc_class", "per_class"), ("test_acc", "accuracy"), ("test_balanced_acc", "accuracy"),
+                   ("test_loss", "loss"), ("train_loss", "loss"), ("bytes_", "traffic"), ("clients", "traffic"),
                    ("method_", "method"), ("local_", "local_drift"))
 
 
 def mlflow_metric_key(key: str) -> str:
-    """The name a history column is logged under in MLflow: `bytes_up` -> `traffic/bytes_up`, `test_acc` as is."""
+    """The name a history column is logged under in MLflow: `test_acc` -> `accuracy/test_acc`, `bytes_up` ->
+    `traffic/bytes_up`; a column of no known kind keeps its name."""
     for prefix, section in METRIC_SECTIONS:
         if key.startswith(prefix):
             return f"{section}/{key}"
@@ -519,6 +521,15 @@ def _all_runs(client: Any, experiment_id: str) -> Iterator[Any]:
         token = page.token
         if not token:
             return
+
+
+def fedskew_experiments(uri: str) -> list[tuple[str, str]]:
+    """(name, experiment id) of the store's fedskew experiments (`fedskew/<suite>`), by name."""
+    client_class = _import_mlflow(uri)
+    with _store_lock(uri):
+        client = client_class(tracking_uri=uri)
+        found = client.search_experiments(filter_string="name LIKE 'fedskew/%'")
+    return sorted((e.name, e.experiment_id) for e in found)
 
 
 def count_runs(uri: str, experiment: str) -> int:

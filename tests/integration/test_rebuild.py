@@ -21,17 +21,25 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-def committed_project(tmp_path: Path, params: dict) -> Path:
-    """A repository whose tiny suite's tables are built and committed (run files, as in fedskew, are not)."""
-    origin = make_copy(tmp_path, params)
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository whose tiny suite's tables are built and committed (run files, as in fedskew, are not).
+    Built once; every test works in clones of it."""
+    from tests.conftest import TINY_PARAMS
+
+    origin = make_copy(tmp_path_factory.mktemp("origin"), TINY_PARAMS)
     (origin / ".gitignore").write_text("/data/raw/\n/data/partitions/\n/results/runs/\n/results/checkpoints/\n"
                                        ".snakemake/\nlogs/\n.verify/\n__pycache__/\nmlflow.db*\n")
     built = run([venv_bin("snakemake"), "--cores", "2"], origin, FEDSKEW_TRACKING="0")
     assert built.returncode == 0, built.stderr[-3000:]
     git(origin, "init", "-q", "-b", "main")
-    git(origin, "add", "-A")
-    git(origin, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tables")
+    commit(origin, "tables")
     return origin
+
+
+def commit(root: Path, message: str) -> None:
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
 
 
 def fresh_clone(origin: Path, where: Path) -> Path:
@@ -43,8 +51,7 @@ def fedskew(root: Path, *args: str) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "fedskew", *args], root, FEDSKEW_TRACKING="0")
 
 
-def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_path, tiny_params):
-    origin = committed_project(tmp_path, tiny_params)
+def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_path, origin):
     clone = fresh_clone(origin, tmp_path / "clone")
     assert not (clone / "results/runs").exists() and (clone / "results/tables/tiny.md").exists()
 
@@ -66,16 +73,15 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     assert "missing provenance" not in again.stdout + again.stderr
 
 
-def test_a_perturbed_committed_cell_is_reported_and_stays_in_git(tmp_path, tiny_params):
-    origin = committed_project(tmp_path, tiny_params)
-    table = origin / "results/tables/tiny.json"
+def test_a_perturbed_committed_cell_is_reported_and_stays_in_git(tmp_path, origin):
+    clone = fresh_clone(origin, tmp_path / "clone")
+    table = clone / "results/tables/tiny.json"
     cells = json.loads(table.read_text())
     key = "digits/dir0.5/fedavg"
     true_mean = cells[key]["final_acc_mean"]
     cells[key]["final_acc_mean"] = round(true_mean + 0.0123, 6)
     table.write_text(json.dumps(cells, indent=2) + "\n")
-    git(origin, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "a wrong cell")
-    clone = fresh_clone(origin, tmp_path / "clone")
+    commit(clone, "a wrong cell")
 
     done = fedskew(clone, "run")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
@@ -90,25 +96,22 @@ def test_a_perturbed_committed_cell_is_reported_and_stays_in_git(tmp_path, tiny_
     assert json.loads((clone / "results/tables/tiny.json").read_text())[key]["final_acc_mean"] == true_mean
 
 
-def test_make_verify_rebuilds_from_the_seeds_in_a_scratch_project(tmp_path, tiny_params):
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    origin = committed_project(tmp_path, tiny_params)
-    before = {p: p.stat().st_mtime_ns for p in (origin / "results").rglob("*") if p.is_file()}
+def test_make_verify_rebuilds_from_the_seeds_in_a_scratch_project(tmp_path, origin):
+    project = fresh_clone(origin, tmp_path / "clone")
+    before = {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()}
 
-    done = fedskew(origin, "verify", "--suite", "tiny", "--cores", "2")
+    done = fedskew(project, "verify", "--suite", "tiny", "--cores", "2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1].startswith("fedskew: rebuilt from the seeds tiny: all 4 tables "
                                                             "are identical")
-    assert {p: p.stat().st_mtime_ns for p in (origin / "results").rglob("*") if p.is_file()} == before
-    assert not (origin / ".verify/tiny").exists()  # removed once identical
+    assert {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()} == before
+    assert not (project / ".verify/tiny").exists()  # removed once identical
 
-    bad = fedskew(origin, "verify", "--suite", "tinny")
+    bad = fedskew(project, "verify", "--suite", "tinny")
     assert bad.returncode == 2 and "'tinny' is not a suite (did you mean 'tiny'?)" in bad.stderr
 
 
-def test_the_report_on_a_fresh_clone_says_what_to_run(tmp_path, tiny_params):
-    tiny_params["suites"]["tiny"]["seeds"] = [0]
-    origin = committed_project(tmp_path, tiny_params)
+def test_the_report_on_a_fresh_clone_says_what_to_run(tmp_path, origin):
     clone = fresh_clone(origin, tmp_path / "clone")
 
     before = run([venv_bin("snakemake"), "--report", "results/report.html"], clone)

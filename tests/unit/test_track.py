@@ -268,14 +268,27 @@ def test_experiments_are_model_training_ones_and_runs_carry_their_dataset(tmp_pa
         assert {t.key: t.value for t in logged.tags} == {"mlflow.data.context": "training",
                                                          "fedskew.partition": "q2"}
         # accuracies and losses open the run page; counters go to sections below them
-        assert set(run.data.metrics) == {"test_acc", "train_loss", "traffic/bytes_up", "traffic/clients",
+        assert set(run.data.metrics) == {"accuracy/test_acc", "loss/train_loss", "traffic/bytes_up", "traffic/clients",
                                          "per_class/test_acc_class0", "method/method_extra"}
     assert len(client.search_runs([client.get_experiment_by_name("fedskew/new").experiment_id])) == 1
 
 
 def test_mlflow_metric_sections() -> None:
     assert [track.mlflow_metric_key(k) for k in ("test_acc", "test_balanced_acc", "test_loss", "train_loss")] == \
-        ["test_acc", "test_balanced_acc", "test_loss", "train_loss"]
+        ["accuracy/test_acc", "accuracy/test_balanced_acc", "loss/test_loss", "loss/train_loss"]
+    assert track.mlflow_metric_key("some_new_number") == "some_new_number"
     assert track.mlflow_metric_key("bytes_down_weights") == "traffic/bytes_down_weights"
     assert track.mlflow_metric_key("test_acc_class7") == "per_class/test_acc_class7"
     assert track.mlflow_metric_key("local_after_missing") == "local_drift/local_after_missing"
+
+
+def test_ui_links_open_each_suite_on_its_runs_table(tmp_path: Path, migrated_store: Path) -> None:
+    from fedskew.cli import ui_links
+
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    ids = {name: client.create_experiment(name) for name in ("fedskew/default", "fedskew/methods", "other")}
+    assert ui_links(uri, "http://127.0.0.1:5000") == [
+        f"fedskew/{suite}: http://127.0.0.1:5000/#/experiments/{ids['fedskew/' + suite]}/runs"
+        "?workflowType=machine_learning" for suite in ("default", "methods")]
