@@ -195,14 +195,16 @@ def report(checks: list[TableCheck], how: str, max_cells: int = 40) -> str:
 # ---- running Snakemake with a readable progress ------------------------------------------------
 
 class Progress:
-    """Reads Snakemake's output: keeps all of it in a log and prints a short line for each step
-    and each finished run (method, setting, seed, final accuracy)."""
+    """Reads Snakemake's output line by line and prints a short line for each progress step and
+    for each run whose metrics.json has appeared since (method, setting, seed, final accuracy)."""
 
-    def __init__(self, runs: list, root: Path, log_path: Path, out=sys.stdout):
-        self.pending = {str(root / cfg.path(paths.RUN_METRICS)): cfg for cfg in runs}
-        self.out, self.log_path = out, log_path
+    def __init__(self, runs: list, root: Path, out=sys.stdout):
+        # each run's metrics.json and its modification time now (None: absent): a run is reported once
+        # its file appears or changes, so runs that are up to date are not reported as trained
+        self.pending = {path: (cfg, _mtime(path)) for cfg in runs
+                        for path in [str(root / cfg.path(paths.RUN_METRICS))]}
+        self.out = out
         self.started = time.time()
-        self.finished = 0
 
     def feed(self, line: str) -> None:
         text = line.strip()
@@ -213,13 +215,12 @@ class Progress:
             self._print(text)
 
     def report_finished_runs(self) -> None:
-        for path in [p for p in self.pending if os.path.exists(p)]:
-            cfg = self.pending.pop(path)
+        for path in [p for p, (_, before) in self.pending.items() if _mtime(p) not in (None, before)]:
+            cfg, _ = self.pending.pop(path)
             try:
                 accuracy = f"{json.loads(Path(path).read_text())['final_acc'] * 100:.2f} %"
             except (OSError, ValueError, KeyError, TypeError):
                 accuracy = "(metrics unreadable)"
-            self.finished += 1
             self._print(f"  trained {cfg.method} on {cfg.dataset}/{cfg.partition} seed {cfg.seed}: "
                         f"final accuracy {accuracy}")
 
@@ -227,12 +228,19 @@ class Progress:
         print(text, file=self.out, flush=True)
 
 
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
 def run_snakemake(args: list[str], *, cwd: Path, runs: list, log_path: Path, env: dict | None = None) -> int:
     """`snakemake <args>` in `cwd` with job blocks quieted; returns its exit code. Snakemake's full
     output goes to `log_path` (and, when it fails, its last lines to stderr)."""
     command = [sys.executable, "-m", "snakemake", "--quiet", "rules", "host", "reason", *args]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    progress = Progress(runs, cwd, log_path)
+    progress = Progress(runs, cwd)
     with open(log_path, "a") as log, subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                                       stderr=subprocess.STDOUT, text=True, bufsize=1) as child:
         log.write(f"$ {' '.join(command)}   (in {cwd})\n")
