@@ -1,26 +1,29 @@
 """Portable CPU kernels: the same CPU results on any x86-64 CPU, whichever one runs the job.
 
 PyTorch picks its CPU kernels at run time by what the CPU offers, and each choice sums in its own
-order. A 30-round CNN run then ends a test sample or two apart between CPU models: measured on the
-default suite's FedAvg on digits Q(2), three seeds, on one Intel Xeon with AVX-512 and AMX, the
-libraries' own choices give 82.78 / 80.00 / 68.33 %, capping ATen at AVX2 gives 68.61 % on seed 2,
-and each other partial pin gives yet another triple. Capping instruction sets is not enough: oneDNN
-and NNPACK size their blocks by the CPU's caches, and MKL's AVX2 path on an AMD CPU is not its path
-on an Intel one (checked under QEMU's Haswell, Skylake-Server and EPYC-Rome CPU models, see
+order. A 30-round CNN run then ends a test sample or two apart between CPU models. Measured on the
+default suite's FedAvg on digits Q(2), seeds 0 / 1 / 2, on one Intel Xeon with AVX-512 and AMX: the
+libraries' own choices give 82.78 / 80.00 / 68.33 %, ATen capped at AVX2 gives 82.78 / 80.00 / 68.61,
+ATen and MKL at AVX2 82.50 / 80.00 / 68.61, and the tables committed before this pin (made on
+another CPU) had 82.78 / 80.28 / 68.61. Capping instruction sets is not enough: oneDNN and NNPACK
+choose their blocking by the CPU and promise no equality across CPUs, and MKL's AVX2 branch gave
+other bits on an AMD CPU than on Intel ones (QEMU's EPYC-Rome model against Haswell and this Xeon;
 benchmarks/README.md). So fedskew takes, for CPU work, only kernels whose arithmetic is fixed by
 the instruction set:
 
 - ATen's own kernels at AVX2 (`ATEN_CPU_CAPABILITY=avx2`): compiled code, the same on every CPU
   with AVX2 (Intel since 2013, AMD since 2015);
-- MKL's conditional-numerical-reproducibility branch that Intel documents as giving the same
-  results on Intel and non-Intel CPUs (`MKL_CBWR=COMPATIBLE`);
+- MKL's `COMPATIBLE` conditional-numerical-reproducibility branch (`MKL_CBWR=COMPATIBLE`): SSE2
+  code that every x86-64 CPU runs, which gave the same bits on the emulated AMD CPU where MKL's
+  AVX2 branch did not;
 - no oneDNN and no NNPACK for CPU training (`configure_torch`): convolutions then run as ATen's
   im2col and MKL's matrix products;
 - numpy's OpenBLAS at its Haswell kernels (`OPENBLAS_CORETYPE=Haswell`), for the data generated
   with numpy (Synthetic(λ, μ)); oneDNN, where anything still reaches it, at AVX2.
 
 `FEDSKEW_CPU_KERNELS` chooses: `portable` (the default) applies all of this; `native` leaves the
-libraries to choose (faster on some CPUs, but CPU results then move with the CPU model). A variable
+libraries to choose (about twice as fast for the CNNs here, benchmarks/cpu_kernels.py; but CPU
+results then move with the CPU model). A variable
 the user already set is left as it is. What was in force is recorded with every run (`describe()`:
 metrics.json's `provenance`, MLflow's `fedskew.provenance.*` tags). On other architectures (aarch64)
 there is nothing to pin: results there are their own. GPU kernels are not affected: GPU results vary
