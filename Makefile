@@ -1,12 +1,22 @@
-# The two set-up commands of the README. Each builds (or reuses) the environment first.
-.PHONY: env run test reproduce
+# The two set-up commands of the README (run, test), and the everyday ones. Each builds (or reuses)
+# the environment first.
+.PHONY: env run verify test reproduce report ui
+
+SUITE ?= default
 
 env:
 	@bash scripts/env.sh
 
-# Rebuild the default results: snakemake --cores all (suites listed in params.yaml run.suites).
+# Build run.suites of params.yaml (the default suite): train the runs that are missing (all of them on a
+# fresh clone), rebuild their tables and figures, then say in one line whether every rebuilt table is
+# identical to the committed one (cells that differ are listed). Exit 1 when one differs.
 run: env
-	.venv/bin/snakemake --cores all
+	.venv/bin/python -m fedskew run
+
+# The same proof for any suite, from its seeds, in a scratch project (.verify/<suite>/): never writes
+# into results/. `make verify SUITE=fedlc_t4_synthetic`.
+verify: env
+	.venv/bin/python -m fedskew verify --suite $(SUITE)
 
 # The whole test suite (unit + integration), on offline data.
 test: env
@@ -16,3 +26,11 @@ test: env
 # suites under reproduce.suites in params.yaml (about 2 hours on 2 cores; every other cell reads "not run").
 reproduce: env
 	.venv/bin/snakemake --cores all results/claims.md
+
+# One HTML page with the tables, figures and partition heatmaps (builds what is missing first).
+report: run
+	.venv/bin/snakemake --cores all --report results/report.html
+
+# mlflow ui on the project's store, with a link to each suite's runs table in the UI's Model training mode.
+ui: env
+	.venv/bin/python -m fedskew ui

@@ -186,6 +186,36 @@ SPLIT_POINTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Split points named apart from the body stage they cut after (model.split_points[point] = stage).
+SPLIT_STAGES: dict[str, dict[str, str]] = {
+    "alexnet": {"S2": "relu4", "S1": "pool2", "S3": "pool3", "S4": "relu6", "S5": "relu7"},
+}
+
+
+def model_summary(doc: str | None) -> str:
+    """A model builder's docstring's first paragraph, on one line (what `fedskew models` prints)."""
+    paragraph = (doc or "").strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in paragraph.splitlines())
+
+
+# Each model's summary: model_summary(fedskew.models.MODELS[name].__doc__).
+MODEL_SUMMARIES: dict[str, str] = {
+    "logreg": "Multinomial logistic regression (FedLC's model for Synthetic).",
+    "mlp": "Two hidden layers of ReLU units.",
+    "cnn": "A small CNN for small images (the offline digits): two 3×3 convs, one pool, one fc.",
+    "alexnet": "SCALA's AlexNet (Appendix E), cut into client and server parts as in §5.1 and Appendix H.",
+    "fedlc_cnn_mnist": "FedLC's CNN for MNIST and FMNIST (Zhang et al., ICML 2022, Appendix A.1, Table 8).",
+    "fedlc_cnn_cifar": "FedLC's CNN for CIFAR10 (Zhang et al., ICML 2022, Appendix A.1, Table 9).",
+    "resnet18": "ResNet-18, CIFAR variant (used by FedLC on ImageNet-subset 64×64, FedED's Table 3 on CIFAR10).",
+    "resnet32": "ResNet-32 for CIFAR (He et al. 2016, §4.2; FedED's Table 3 on CIFAR10).",
+    "mobilenetv2": "MobileNetV2, CIFAR variant (FedED's backbone for CIFAR10/100 and TinyImageNet).",
+    "fed_dnn": "FedED's DNN for MNIST (Guo et al., FedED, \"Models and baselines\"): \"a deep neural network "
+               "(DNN) containing three fully connected layers\".",
+    "flfcr_mlp": "FL-FCR's MLP for MNIST and Adult Income (FL-FCR, §V-A-3 and Table I).",
+    "flfcr_cnn": "FL-FCR's CNN for CIFAR-10 (FL-FCR, §V-A-3 and Table I).",
+}
+
+
 def incompatibility(name: str, info: DatasetInfo) -> str | None:
     """fedskew.models.incompatibility without torch: why model `name` cannot run on a dataset like `info`."""
     if name not in MODEL_NEEDS:

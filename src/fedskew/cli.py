@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 from pathlib import Path
 
 from fedskew import paths
@@ -94,6 +95,18 @@ def _run_tags(cfg: RunConfig) -> dict[str, str]:
             **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()}}
 
 
+def _dataset_record(cfg: RunConfig) -> dict[str, str]:
+    """The run's dataset as MLflow shows it (the runs table's Dataset column): name, the sha256 of its
+    prepared tensors, where they are, and the partition."""
+    ready = Path(paths.RAW_READY.format(dataset=cfg.dataset))
+    return {"name": cfg.dataset, "sha256": _read_json_field(ready, "sha256"), "source": str(ready.resolve()),
+            "partition": cfg.partition}
+
+
+def _provenance_tags(provenance: dict[str, str]) -> dict[str, str]:
+    return {f"fedskew.provenance.{key}": str(value) for key, value in provenance.items()}
+
+
 def _artifacts(cfg: RunConfig, files: list[Path]) -> list[Path]:
     return [f for f in [*files, Path(cfg.path(paths.PARTITION_HEATMAP))] if f.exists()]
 
@@ -134,7 +147,7 @@ def _start_tracking(cfg: RunConfig, worker):
     from fedskew.track_sidecar import SidecarRun
 
     return SidecarRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
-                      params=cfg.to_dict(), tags=_run_tags(cfg), worker=worker,
+                      params=cfg.to_dict(), tags=_run_tags(cfg), worker=worker, dataset=_dataset_record(cfg),
                       flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
 
 
@@ -191,11 +204,17 @@ def cmd_train(params: Params, args: argparse.Namespace) -> None:
 def _train_run(cfg: RunConfig, args: argparse.Namespace, worker) -> None:
     live = _start_tracking(cfg, worker)
     try:
-        from fedskew.engine.simulation import NonFiniteError, run_training, summarise_divergence
+        from fedskew.engine.simulation import NonFiniteError, resolve_device, run_training, summarise_divergence
+        from fedskew.provenance import run_provenance
     except BaseException as error:  # a broken install or a Ctrl-C during torch's import: the run ends, not RUNNING
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
         _end_tracking(live, cfg, status, [], {"fedskew.error": f"{type(error).__name__}: {error}"})
         raise
+
+    # What computed the run (device, CPU model and kernels, library versions, commit), asked once it has trained:
+    # in metrics.json and as MLflow tags, so that a number that differs between machines names the machine.
+    def provenance() -> dict[str, str]:
+        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"))
 
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -203,10 +222,11 @@ def _train_run(cfg: RunConfig, args: argparse.Namespace, worker) -> None:
     except NonFiniteError as error:
         history = error.history or []
         files = []
+        computed = provenance()
         if cfg.training["on_divergence"] == "record":
             # A divergence is a result of this method in this setting: the tables show it.
-            files = write_run_files(cfg, history, summarise_divergence(error))
-        _end_tracking(live, cfg, "FAILED", files, {"fedskew.error": str(error)})
+            files = write_run_files(cfg, history, {**summarise_divergence(error), "provenance": computed})
+        _end_tracking(live, cfg, "FAILED", files, {"fedskew.error": str(error), **_provenance_tags(computed)})
         if cfg.training["on_divergence"] == "record":
             log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
             return
@@ -219,10 +239,12 @@ def _train_run(cfg: RunConfig, args: argparse.Namespace, worker) -> None:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    files = write_run_files(cfg, result.history, result.final)
+    computed = provenance()
+    files = write_run_files(cfg, result.history, {**result.final, "provenance": computed})
     _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
                                                 "fedskew.threads": str(args.threads or cfg.training["threads"]),
-                                                "fedskew.execution": result.execution})
+                                                "fedskew.execution": result.execution,
+                                                **_provenance_tags(computed)})
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
     # what benchmarks/fixed_cost.py reads: the job's wall time minus this is its fixed cost
     log.info("timing: %d rounds in %.3f s", len(result.history) - result.resumed_from, result.loop_seconds)
@@ -250,7 +272,7 @@ def cmd_track(params: Params, args: argparse.Namespace) -> None:
         try:
             track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
                           params=cfg.to_dict(), history=read_history(cfg), tags=tags,
-                          artifacts=_artifacts(cfg, files), status=status)
+                          artifacts=_artifacts(cfg, files), status=status, dataset=_dataset_record(cfg))
             counts["logged"] += 1
         except Exception as error:  # noqa: BLE001 - report every run that could not be logged, then fail
             log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
@@ -291,6 +313,66 @@ def cmd_claims(params: Params, args: argparse.Namespace) -> None:
     log.info("%d claims: %s", len(records), counts)
 
 
+def _suites_of(params: Params, names: list[str] | None) -> list[str]:
+    from fedskew.config import suggestion
+
+    for name in names or []:
+        if name not in params.raw["suites"]:
+            raise ConfigError(f"{name!r} is not a suite{suggestion(name, params.raw['suites'])}; defined: "
+                              f"{', '.join(params.raw['suites'])}")
+    return list(dict.fromkeys(names)) if names else params.default_suites
+
+
+def cmd_run(params: Params, args: argparse.Namespace) -> int:
+    """Build suites in place, then say whether every rebuilt table equals the committed one (`make run`)."""
+    from fedskew import rebuild
+
+    code, text = rebuild.run_in_place(params, _suites_of(params, args.suite), cores=args.cores)
+    print(text, flush=True)
+    return code
+
+
+def cmd_verify(params: Params, args: argparse.Namespace) -> int:
+    """Rebuild each suite from its seeds in a scratch project and compare its tables (`make verify`)."""
+    from fedskew import rebuild
+
+    worst = 0
+    for suite in _suites_of(params, args.suite):
+        code, text = rebuild.verify_in_scratch(params, suite, cores=args.cores, keep=args.keep)
+        print(text, flush=True)
+        worst = max(worst, code)
+    return worst
+
+
+def ui_links(uri: str, base_url: str) -> list[str]:
+    """A link to each fedskew suite's runs table, in the UI's Model training mode (docs/tracking.md)."""
+    from fedskew import track
+
+    return [f"{name}: {base_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            for name, experiment_id in track.fedskew_experiments(uri)]
+
+
+def cmd_ui(params: Params, args: argparse.Namespace) -> None:
+    """Start `mlflow ui` on the project's store, after printing a link to each suite's runs."""
+    from fedskew import track
+
+    uri = track.tracking_uri(Path("."))
+    if not uri.startswith("sqlite:"):
+        for line in ui_links(uri, uri.rstrip("/")):
+            print(line)
+        print(f"MLFLOW_TRACKING_URI is a server ({uri}): open it there; no local UI is started", flush=True)
+        return
+    base = f"http://{args.host}:{args.port}"
+    links = ui_links(uri, base) if Path(track._sqlite_store_path(uri)).exists() else []
+    print("\n".join(links) if links else f"no fedskew run is recorded in {uri} yet: `make run` records some",
+          flush=True)
+    print(f"starting mlflow ui on {base} (Ctrl-C stops it)", flush=True)
+    mlflow = Path(sys.executable).with_name("mlflow")
+    command = [str(mlflow) if mlflow.exists() else "mlflow", "ui", "--backend-store-uri", uri,
+               "--host", args.host, "--port", str(args.port)]
+    os.execvp(command[0], command)
+
+
 def cmd_cost(params: Params, args: argparse.Namespace) -> None:
     from fedskew.reproduce.cost import cost_markdown
 
@@ -308,19 +390,14 @@ def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
 
 
 def cmd_models(params: Params | None, args: argparse.Namespace) -> None:
-    import torch
+    """Every model with its split points and what it is; from fedskew.catalog, so without importing torch."""
+    from fedskew.catalog import MODEL_SUMMARIES, SPLIT_POINTS, SPLIT_STAGES
 
-    from fedskew.models import MODELS, build_model, example_info
-
-    for name in MODELS:
-        # Split points do not depend on the input size; build the structure only (no weights).
-        info = example_info(name)
-        with torch.device("meta"):
-            model = build_model(name, info)
-        points = ", ".join(f"{point} (after {stage})" if point != stage else point
-                           for point, stage in model.split_points.items())
-        doc = (MODELS[name].__doc__ or "").strip().splitlines()[0]
-        print(f"{name:16s} split points: {points}; default {model.default_split}\n{'':16s} {doc}")
+    for name, split_points in SPLIT_POINTS.items():
+        stages = SPLIT_STAGES.get(name, {})
+        points = ", ".join(f"{point} (after {stages[point]})" if point in stages else point for point in split_points)
+        summary = textwrap.fill(MODEL_SUMMARIES[name], width=110, initial_indent=" " * 17, subsequent_indent=" " * 17)
+        print(f"{name:16s} split points: {points}; default {split_points[0]}\n{summary}")
 
 
 # Test-set sizes of the fixed published splits as fedskew decodes them (each source module's
@@ -495,6 +572,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table", required=True, help="e.g. fedlc_t4 (see src/fedskew/reproduce/papers/)")
     sub.add_parser("claims", help="the claims ledger: every paper claim with its verdict (results/claims.md)")
     sub.add_parser("cost", help="runs and estimated compute of every paper table (markdown)")
+    p = sub.add_parser("run", help="build run.suites (or --suite ...) in place: train the runs that are missing, "
+                                   "rebuild their tables, and say whether each is identical to the committed one "
+                                   "(make run)")
+    p.add_argument("--suite", nargs="+", help="the suites to build (default: run.suites of params.yaml)")
+    p.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
+    p = sub.add_parser("verify", help="rebuild suites from their seeds in a scratch project (.verify/<suite>/) and "
+                                      "say whether their tables are identical to the committed ones; never writes "
+                                      "into results/ (make verify SUITE=...)")
+    p.add_argument("--suite", nargs="+", required=True)
+    p.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch project even when the tables are identical")
+    p = sub.add_parser("ui", help="start `mlflow ui` on the project's store and print a link to each suite's "
+                                  "runs table (make ui)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=5000)
     add_packed_parser(sub)
     return parser
 
@@ -502,7 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
             "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
-            "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed}
+            "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
+            "run": cmd_run, "verify": cmd_verify, "ui": cmd_ui}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the
@@ -538,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         params = None if args.command in ("methods", "models") else load_params(args.params)
-        COMMANDS[args.command](params, args)
+        code = COMMANDS[args.command](params, args)
     except Exception as error:
         code = _reported(error)
         if code is None:
@@ -549,4 +642,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedskew {args.command}: {str(stop) or 'interrupted'}; a training job keeps its checkpoint, "
               "so running it again resumes it", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
-    return 0
+    return code if isinstance(code, int) else 0  # run and verify: 1 when a rebuilt table differs

@@ -11,6 +11,7 @@ the key, the bad value and what is allowed, all at once.
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import json
 import re
@@ -64,6 +65,12 @@ class ConfigError(ValueError):
     """params.yaml is invalid; the message lists every problem found."""
 
 
+def suggestion(name: object, choices) -> str:
+    """" (did you mean 'fedprox'?)" for a misspelt name, or "" when no defined name is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _where(path) -> str:
     out = ""
     for part in path:
@@ -83,7 +90,8 @@ def _describe(error, root_schema: dict) -> str:
         return f"{where}: {_short(value)} has the wrong type; expected {error.validator_value}"
     if kind in ("enum", "const"):
         allowed = error.validator_value if kind == "enum" else [error.validator_value]
-        return f"{where}: {_short(value)} is not allowed; allowed: {', '.join(map(str, allowed))}"
+        return (f"{where}: {_short(value)} is not allowed{suggestion(value, allowed)}; "
+                f"allowed: {', '.join(map(str, allowed))}")
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
         return f"{where}: {_short(value)} is out of range; must be {op} {error.validator_value}"
@@ -299,13 +307,16 @@ def _cross_checks(raw: dict) -> list[str]:
     used: dict[tuple[str, str], list[str]] = {}  # (dataset, partition) -> the settings using it
     for i, suite in enumerate(raw["run"]["suites"]):
         if suite not in raw["suites"]:
-            problems.append(f"run.suites[{i}]: {suite!r} is not a suite; defined: {', '.join(raw['suites'])}")
+            problems.append(f"run.suites[{i}]: {suite!r} is not a suite{suggestion(suite, raw['suites'])}; "
+                            f"defined: {', '.join(raw['suites'])}")
     for i, suite in enumerate(raw.get("reproduce", {}).get("suites", [])):
         if suite not in raw["suites"]:
-            problems.append(f"reproduce.suites[{i}]: {suite!r} is not a suite; defined: {', '.join(raw['suites'])}")
+            problems.append(f"reproduce.suites[{i}]: {suite!r} is not a suite{suggestion(suite, raw['suites'])}; "
+                            f"defined: {', '.join(raw['suites'])}")
     for name in raw["training"]:
         if name not in raw["suites"]:
-            problems.append(f"training.{name}: no suite named {name!r}; defined: {', '.join(raw['suites'])}")
+            problems.append(f"training.{name}: no suite named {name!r}{suggestion(name, raw['suites'])}; "
+                            f"defined: {', '.join(raw['suites'])}")
     for name, suite in raw["suites"].items():
         training = raw["training"].get(name, {})
         for key in training.get("overrides", {}):
@@ -313,22 +324,25 @@ def _cross_checks(raw: dict) -> list[str]:
                 problems.append(f"training.{name}.overrides.{key}: suite {name!r} uses no dataset {key!r}")
         for i, method in enumerate(suite["methods"]):
             if method not in raw["methods"] and method not in HYPERPARAMETERS:
+                hint = suggestion(method, [*raw["methods"], *HYPERPARAMETERS])
                 problems.append(f"suites.{name}.methods[{i}]: {method!r} is neither a method defined under "
-                                f"`methods` ({', '.join(raw['methods']) or 'none'}) nor an algorithm "
-                                f"({', '.join(HYPERPARAMETERS)})")
+                                f"`methods` nor an algorithm{hint}; methods: {', '.join(raw['methods']) or 'none'}; "
+                                f"algorithms: {', '.join(HYPERPARAMETERS)}")
         first_setting: dict[tuple[str, str], int] = {}
         for j, setting in enumerate(suite["settings"]):
             where = f"suites.{name}.settings[{j}]"
             dataset = setting["dataset"]
             if dataset not in raw["datasets"]:
-                problems.append(f"{where}.dataset: {dataset!r} is not defined under `datasets`; "
+                problems.append(f"{where}.dataset: {dataset!r} is not defined under `datasets`"
+                                f"{suggestion(dataset, raw['datasets'])}; "
                                 f"defined: {', '.join(raw['datasets'])}")
                 continue
             spec = {**DATASET_DEFAULTS[raw["datasets"][dataset]["source"]], **raw["datasets"][dataset]}
             info = dataset_info(spec)
             for k, partition in enumerate(setting["partitions"]):
                 if partition not in raw["partitions"]:
-                    problems.append(f"{where}.partitions[{k}]: {partition!r} is not defined under `partitions`; "
+                    problems.append(f"{where}.partitions[{k}]: {partition!r} is not defined under `partitions`"
+                                    f"{suggestion(partition, raw['partitions'])}; "
                                     f"defined: {', '.join(raw['partitions'])}")
                 elif raw["partitions"][partition]["scheme"] == "natural" and not info.has_natural_partition:
                     problems.append(f"{where}.partitions[{k}]: {partition!r} uses scheme 'natural', but dataset "

@@ -55,8 +55,11 @@ def cpu_model() -> str:
 
 
 def run_provenance(device: str, precision: str) -> dict[str, str]:
-    """What computed a run on `device` ("cpu", "cuda", "cuda:1") in `precision`: every value a string."""
+    """What computed a run on `device` ("cpu", "cuda", "cuda:1") in `precision`: every value a string.
+    Written into every run's metrics.json (`provenance`) and logged as `fedskew.provenance.*` tags."""
     import torch
+
+    from fedskew import cpu_pin
 
     on_gpu = device.startswith("cuda")
     return {
@@ -70,4 +73,5 @@ def run_provenance(device: str, precision: str) -> dict[str, str]:
         "commit": commit(),
         "code_sha256": code_sha256(),
         "python": platform.python_version(),
+        **cpu_pin.describe(),  # the CPU kernels' instruction set: what makes CPU results portable
     }

@@ -42,6 +42,10 @@ RUN_KEY_TAG = "fedskew.run_id"  # one MLflow run per value of this tag
 ERROR_TAG = "fedskew.error"  # why a run ended FAILED or KILLED; cleared when a retry continues it
 MAX_PARAM_VALUE_LEN = 6000  # MLflow's limit on a param value
 MAX_TAG_VALUE_LEN = 8000  # MLflow's limit on a tag value
+# MLflow 3 opens an experiment on its GenAI overview (traces, token usage) unless the experiment says
+# it is about training models: this tag makes `mlflow ui` open on the runs table.
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+DATASET_DIGEST_LEN = 16  # MLflow keeps at most 36 characters of a dataset digest; the full sha256 is a run tag
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 TRUNCATION_MARKER = "...[truncated]"
@@ -262,24 +266,55 @@ def _import_mlflow(uri: str) -> type:
 
 
 def _experiment_id(client: Any, name: str, artifact_location: str | None) -> str:
-    """Get or create an experiment, tolerating another writer creating it first."""
+    """Get or create an experiment (a model-training one), tolerating another writer creating it first."""
     from mlflow.exceptions import MlflowException
 
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location=artifact_location)
-    except MlflowException:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+    if found is None:
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location,
+                                            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except MlflowException:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    if found.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # a store written before fedskew set the kind
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return found.experiment_id
+
+
+def _dataset_input(dataset: dict[str, str]) -> Any:
+    """A run's dataset as an MLflow dataset input (the UI's Dataset column and its filters):
+    `dataset` has name, sha256, source (where the files came from) and partition."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    source = json.dumps({"uri": dataset["source"]})
+    return DatasetInput(Dataset(name=dataset["name"], digest=dataset["sha256"][:DATASET_DIGEST_LEN],
+                                source_type="local", source=source),
+                        tags=[InputTag("mlflow.data.context", "training"),
+                              InputTag("fedskew.partition", dataset.get("partition", ""))])
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+# The MLflow UI draws a run's charts in sections named by the prefix before "/", in alphabetical order,
+# with unprefixed metrics last (MLflow 3.17). The accuracies and losses go first (`accuracy/`, `loss/`),
+# the many per-round counters after them; history.csv keeps the plain names.
+METRIC_SECTIONS = (("test_acc_class", "per_class"), ("test_acc", "accuracy"), ("test_balanced_acc", "accuracy"),
+                   ("test_loss", "loss"), ("train_loss", "loss"), ("bytes_", "traffic"), ("clients", "traffic"),
+                   ("method_", "method"), ("local_", "local_drift"))
+
+
+def mlflow_metric_key(key: str) -> str:
+    """The name a history column is logged under in MLflow: `test_acc` -> `accuracy/test_acc`, `bytes_up` ->
+    `traffic/bytes_up`; a column of no known kind keeps its name."""
+    for prefix, section in METRIC_SECTIONS:
+        if key.startswith(prefix):
+            return f"{section}/{key}"
+    return key
 
 
 def _metrics(history: list[dict], timestamp: int) -> list[Any]:
@@ -290,7 +325,7 @@ def _metrics(history: list[dict], timestamp: int) -> list[Any]:
     """
     from mlflow.entities import Metric
 
-    return [Metric(key, float(value), timestamp, int(row["round"]))
+    return [Metric(mlflow_metric_key(key), float(value), timestamp, int(row["round"]))
             for row in history for key, value in row.items()
             if key != "round" and isinstance(value, numbers.Real) and not isinstance(value, bool)]
 
@@ -319,8 +354,9 @@ class LiveRun:
 
     def __init__(self, *, project_root: Path, experiment: str, run_name: str, params: dict,
                  tags: dict[str, str], uri: str | None = None, strict: bool = False,
-                 flush_every_s: float = 10.0) -> None:
+                 flush_every_s: float = 10.0, dataset: dict[str, str] | None = None) -> None:
         self.project_root = Path(project_root)
+        self.dataset = dataset
         self.uri = uri or tracking_uri(project_root)
         self.experiment, self.run_name, self.strict = experiment, run_name, strict
         self.params, self.tags = params, tags
@@ -379,6 +415,9 @@ class LiveRun:
                 client.log_batch(self.run_id, params=batch)
             for batch in _chunks(tags, MAX_PARAMS_TAGS_PER_BATCH):
                 client.log_batch(self.run_id, tags=batch)
+            logged = run.inputs.dataset_inputs if run.inputs is not None else []
+            if self.dataset and not logged:  # once: a continued run has it already
+                client.log_inputs(self.run_id, datasets=[_dataset_input(self.dataset)])
 
     def add_rows(self, rows: list[dict]) -> None:
         """Buffer history rows to be sent with the next flush."""
@@ -429,7 +468,7 @@ class LiveRun:
 
 def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict, history: list[dict],
             tags: dict[str, str], artifacts: list[Path], status: str = "FINISHED",
-            uri: str | None = None) -> str:
+            uri: str | None = None, dataset: dict[str, str] | None = None) -> str:
     """Record one whole run in MLflow at once (a backfill from run files) and return its run id.
 
     Idempotent per ``tags[RUN_KEY_TAG]``, like `LiveRun`: a run already recorded under
@@ -440,7 +479,7 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
     if status not in ("FINISHED", "FAILED", "KILLED"):
         raise ValueError(f"status must be FINISHED, FAILED or KILLED, not {status!r}")
     run = LiveRun(project_root=project_root, experiment=experiment, run_name=run_name, params=params,
-                  tags=tags, uri=uri, strict=True, flush_every_s=float("inf"))
+                  tags=tags, uri=uri, strict=True, flush_every_s=float("inf"), dataset=dataset)
     try:
         run.start()
         run.add_rows(history)
@@ -482,6 +521,15 @@ def _all_runs(client: Any, experiment_id: str) -> Iterator[Any]:
         token = page.token
         if not token:
             return
+
+
+def fedskew_experiments(uri: str) -> list[tuple[str, str]]:
+    """(name, experiment id) of the store's fedskew experiments (`fedskew/<suite>`), by name."""
+    client_class = _import_mlflow(uri)
+    with _store_lock(uri):
+        client = client_class(tracking_uri=uri)
+        found = client.search_experiments(filter_string="name LIKE 'fedskew/%'")
+    return sorted((e.name, e.experiment_id) for e in found)
 
 
 def count_runs(uri: str, experiment: str) -> int:

@@ -179,10 +179,10 @@ class SidecarRun:
 
     def __init__(self, *, project_root: Path, experiment: str, run_name: str, params: dict,
                  tags: dict[str, str], uri: str | None = None, flush_every_s: float = 10.0,
-                 worker: SidecarWorker | None = None) -> None:
+                 worker: SidecarWorker | None = None, dataset: dict[str, str] | None = None) -> None:
         self.start_command = {"command": "start", "project_root": str(Path(project_root).resolve()),
                               "experiment": experiment, "run_name": run_name, "params": params, "tags": tags,
-                              "uri": uri, "flush_every_s": flush_every_s}
+                              "uri": uri, "flush_every_s": flush_every_s, "dataset": dataset}
         self.run_id: str | None = None
         self.error: str | None = None
         self._owns_worker = worker is None
@@ -272,7 +272,8 @@ class _Worker:
     def start(self, command: dict) -> None:
         self.live = track.LiveRun(project_root=Path(command["project_root"]), experiment=command["experiment"],
                                   run_name=command["run_name"], params=command["params"], tags=command["tags"],
-                                  uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"])
+                                  uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"],
+                                  dataset=command.get("dataset"))
         self.waiting, self.last_batch = 0, None
         self.live.start()
 

@@ -80,14 +80,14 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     rounds = tiny_params["training"]["tiny"]["rounds"]
     for mlflow_run in runs:
         assert mlflow_run.info.status == "FINISHED"
-        assert len(client.get_metric_history(mlflow_run.info.run_id, "train_loss")) == rounds
-        evaluated = client.get_metric_history(mlflow_run.info.run_id, "test_acc")
+        assert len(client.get_metric_history(mlflow_run.info.run_id, "loss/train_loss")) == rounds
+        evaluated = client.get_metric_history(mlflow_run.info.run_id, "accuracy/test_acc")
         assert [m.step for m in evaluated] == [2, 4]
         tags = mlflow_run.data.tags
         assert {"git.commit", "git.dirty", "fedskew.config_hash", "fedskew.partition_hash"} <= set(tags)
         assert mlflow_run.data.params["training.lr"] == "0.05"
         if mlflow_run.data.params["method_spec.algorithm"] == "scala":  # split traffic, per round
-            assert len(client.get_metric_history(mlflow_run.info.run_id, "bytes_up_activations")) == rounds
+            assert len(client.get_metric_history(mlflow_run.info.run_id, "traffic/bytes_up_activations")) == rounds
         artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id)}
         assert {"history.csv", "metrics.json", "config.yaml"} <= artifacts
         assert any(a.endswith(".png") for a in artifacts)

@@ -101,7 +101,7 @@ def _runs(uri, cfg) -> list:
             if r.data.tags.get("fedskew.run_id") == cfg.run_id]
 
 
-def _steps(uri, run_id, metric="test_acc") -> Counter:
+def _steps(uri, run_id, metric="accuracy/test_acc") -> Counter:
     return Counter(p.step for p in MlflowClient(tracking_uri=uri).get_metric_history(run_id, metric))
 
 

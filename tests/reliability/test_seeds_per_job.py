@@ -105,7 +105,7 @@ def test_one_job_trains_each_seed_as_its_own_job_would_with_one_tracking_worker(
         assert recorded.data.tags["fedskew.seed"] == str(cfg.seed)
         with open(project / cfg.path(paths.RUN_HISTORY), newline="") as history:
             last = list(csv.DictReader(history))[-1]
-        assert recorded.data.metrics["test_acc"] == pytest.approx(float(last["test_acc"]))
+        assert recorded.data.metrics["accuracy/test_acc"] == pytest.approx(float(last["test_acc"]))
         _forget(project, cfg)
     for cfg in runs:  # each seed in a job of its own, without tracking
         _finish(_job(project, cfg, [cfg.seed], None))

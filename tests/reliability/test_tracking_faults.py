@@ -127,7 +127,7 @@ def test_a_retry_continues_the_orphan_run_instead_of_adding_one(tmp_path, migrat
     assert _log(tmp_path) == orphan.info.run_id  # and logging it yet again adds nothing
     (run,) = _runs(store)
     assert run.info.status == "FINISHED"
-    points = client.get_metric_history(run.info.run_id, "test_acc")
+    points = client.get_metric_history(run.info.run_id, "accuracy/test_acc")
     assert sorted(p.step for p in points) == [1, 2, 3, 4, 5]
 
 

@@ -81,7 +81,7 @@ def test_the_worker_records_the_same_run_as_the_in_process_live_run(tmp_path, mi
             live.log_round(row)
             if kind is SidecarRun and row["round"] == 1:
                 live.await_first_round()  # round 1 is in MLflow now, while the job trains on
-                assert [p.step for p in client.get_metric_history(live.run_id, "train_loss")] == [1]
+                assert [p.step for p in client.get_metric_history(live.run_id, "loss/train_loss")] == [1]
         live.end("FINISHED", artifacts, {"fedskew.threads": "1"})
         assert live.error is None
         runs[kind] = client.get_run(live.run_id)
@@ -96,7 +96,8 @@ def test_the_worker_records_the_same_run_as_the_in_process_live_run(tmp_path, mi
         assert {t for series in points[kind].values() for _, _, t in series} == {run.info.start_time}
     assert ({key: [p[:2] for p in series] for key, series in points[SidecarRun].items()}
             == {key: [p[:2] for p in series] for key, series in points[track.LiveRun].items()})
-    assert len(points[SidecarRun]["train_loss"]) == 300 and len(points[SidecarRun]["test_acc_class9"]) == 60
+    assert len(points[SidecarRun]["loss/train_loss"]) == 300
+    assert len(points[SidecarRun]["per_class/test_acc_class9"]) == 60
     assert _artifacts(client, worker.info.run_id) == _artifacts(client, in_process.info.run_id) == [
         "figures/curve.png", "metrics.json"]
 
@@ -120,7 +121,8 @@ def test_the_worker_speaks_json_lines_and_never_imports_torch(tmp_path, migrated
     assert first["error"] is None and last["error"] is None and first["run_id"] and last["run_id"] == first["run_id"]
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(first["run_id"]).info.status == "FINISHED"
-    losses = [p.value for p in sorted(client.get_metric_history(first["run_id"], "train_loss"), key=lambda p: p.step)]
+    history = client.get_metric_history(first["run_id"], "loss/train_loss")
+    losses = [p.value for p in sorted(history, key=lambda p: p.step)]
     assert math.isnan(losses[0]) and losses[1] > 1e300  # MLflow stores infinity as the largest float
 
 

@@ -98,3 +98,23 @@ def test_raw_files_and_download_hosts_are_the_fetching_modules():
         names, host = tuple(f.filename for f in files), urlsplit(files[0].urls[0]).hostname
         assert catalog.RAW_FILES[source] == names, f"RAW_FILES[{source!r}] = {names!r}"
         assert catalog.DOWNLOAD_HOSTS[source] == host, f"DOWNLOAD_HOSTS[{source!r}] = {host!r}"
+
+
+def test_model_summaries_and_split_stages_are_the_models():
+    """`fedskew models` prints these without importing torch; they must say what the models say."""
+    assert list(catalog.MODEL_SUMMARIES) == list(MODELS)
+    for name, builder in MODELS.items():
+        assert catalog.MODEL_SUMMARIES[name] == catalog.model_summary(builder.__doc__), \
+            f"MODEL_SUMMARIES[{name!r}] = {catalog.model_summary(builder.__doc__)!r}"
+        with torch.device("meta"):
+            points = build_model(name, example_info(name)).split_points
+        aliased = {point: stage for point, stage in points.items() if point != stage}
+        assert catalog.SPLIT_STAGES.get(name, {}) == aliased, f"SPLIT_STAGES[{name!r}] = {aliased!r}"
+
+
+def test_a_summary_is_the_whole_first_paragraph():
+    doc = """First line of a sentence
+    that goes on.
+
+    Details."""
+    assert catalog.model_summary(doc) == "First line of a sentence that goes on."

@@ -156,7 +156,7 @@ def _imported(args: list[str]) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["validate"], ["datasets"], ["partitions"]],
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["validate"], ["datasets"], ["partitions"], ["models"]],
                          ids=" ".join)
 def test_help_validate_and_listings_import_neither_torch_nor_mlflow(args):
     heavy = {module for module in _imported(args)

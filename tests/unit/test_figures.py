@@ -77,6 +77,16 @@ def test_plotted_bands_stay_within_0_and_100_percent(tmp_path) -> None:
     assert max(line.get_ydata()) <= 100.0 and min(line.get_ydata()) > 1.0  # plotted in %
 
 
+def test_a_short_run_gets_whole_round_ticks(tmp_path) -> None:
+    params = tiny(["fedavg"], seeds=(0,))
+    write_runs(params, tmp_path, "tiny", lambda cfg, r: 0.5, rounds=(1, 2, 3, 4, 5))
+    fig = accuracy_curve_figure(params, "tiny", "digits", "dir0.5", load_runs(params, "tiny", tmp_path)[
+        ("digits", "dir0.5")])
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_xticks() if fig.axes[0].get_xlim()[0] <= t <= fig.axes[0].get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
 def test_up_to_8_methods_share_one_panel_with_fedavg_as_reference(tmp_path) -> None:
     params = tiny(MANY[:8], seeds=(0,))
     write_runs(params, tmp_path, "tiny", lambda cfg, r: 0.5)

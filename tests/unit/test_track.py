@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -102,12 +103,17 @@ def test_experiment_created_by_another_writer_in_between_is_reused() -> None:
 
         def get_experiment_by_name(self, name: str) -> object:
             self.lookups += 1
-            return None if self.lookups == 1 else type("Experiment", (), {"experiment_id": "7"})()
+            return None if self.lookups == 1 else type("Experiment", (), {"experiment_id": "7", "tags": {}})()
 
-        def create_experiment(self, name: str, artifact_location: str | None = None) -> str:
+        def create_experiment(self, name: str, artifact_location: str | None = None, tags=None) -> str:
             raise MlflowException(f"Experiment '{name}' already exists.")
 
-    assert track._experiment_id(RacingClient(), "e", None) == "7"
+        def set_experiment_tag(self, experiment_id: str, key: str, value: str) -> None:
+            self.tagged = (experiment_id, key, value)
+
+    client = RacingClient()
+    assert track._experiment_id(client, "e", None) == "7"
+    assert client.tagged == ("7", "mlflow.experimentKind", "custom_model_development")
 
 
 def test_log_run_records_params_tags_metrics_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -231,3 +237,58 @@ def test_concurrent_processes_lose_no_run_or_metric(tmp_path: Path, monkeypatch:
             assert [p.value for p in points] == pytest.approx([expected_value(metric, s, index)
                                                                for s in range(1, rounds + 1)])
     assert sorted(int(client.get_run(r).data.tags["worker"]) for r in run_ids) == list(range(n_workers))
+
+
+def test_experiments_are_model_training_ones_and_runs_carry_their_dataset(tmp_path: Path,
+                                                                          migrated_store: Path) -> None:
+    """`mlflow ui` opens an experiment on its runs table (not MLflow 3's GenAI overview) only when the
+    experiment is tagged as model development; the runs table's Dataset column reads the dataset inputs."""
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    old = client.create_experiment("fedskew/old")  # a store written before fedskew tagged experiments
+    assert "mlflow.experimentKind" not in client.get_experiment(old).tags
+    dataset = {"name": "digits", "sha256": "ab" * 32, "source": "/data/raw/digits/READY.json", "partition": "q2"}
+    history = [{"round": 1, "test_acc": 0.5, "train_loss": 1.0, "bytes_up": 10, "test_acc_class0": 0.4,
+                "method_extra": 1.0, "clients": 5}]
+    run_ids = [track.log_run(project_root=tmp_path, experiment=name, run_name="r", params={}, history=history,
+                             tags={track.RUN_KEY_TAG: f"key-{name}"}, artifacts=[], dataset=dataset)
+               for name in ("fedskew/new", "fedskew/old")]
+    # logged again (a backfill after a tracking failure): the same run, one dataset input
+    track.log_run(project_root=tmp_path, experiment="fedskew/new", run_name="r", params={}, history=history,
+                  tags={track.RUN_KEY_TAG: "key-fedskew/new"}, artifacts=[], dataset=dataset)
+
+    for name in ("fedskew/new", "fedskew/old"):
+        assert client.get_experiment_by_name(name).tags["mlflow.experimentKind"] == "custom_model_development"
+    for run_id in run_ids:
+        run = client.get_run(run_id)
+        (logged,) = run.inputs.dataset_inputs
+        assert (logged.dataset.name, logged.dataset.digest) == ("digits", "ab" * 8)
+        assert json.loads(logged.dataset.source) == {"uri": "/data/raw/digits/READY.json"}
+        assert {t.key: t.value for t in logged.tags} == {"mlflow.data.context": "training",
+                                                         "fedskew.partition": "q2"}
+        # accuracies and losses open the run page; counters go to sections below them
+        assert set(run.data.metrics) == {"accuracy/test_acc", "loss/train_loss", "traffic/bytes_up", "traffic/clients",
+                                         "per_class/test_acc_class0", "method/method_extra"}
+    assert len(client.search_runs([client.get_experiment_by_name("fedskew/new").experiment_id])) == 1
+
+
+def test_mlflow_metric_sections() -> None:
+    assert [track.mlflow_metric_key(k) for k in ("test_acc", "test_balanced_acc", "test_loss", "train_loss")] == \
+        ["accuracy/test_acc", "accuracy/test_balanced_acc", "loss/test_loss", "loss/train_loss"]
+    assert track.mlflow_metric_key("some_new_number") == "some_new_number"
+    assert track.mlflow_metric_key("bytes_down_weights") == "traffic/bytes_down_weights"
+    assert track.mlflow_metric_key("test_acc_class7") == "per_class/test_acc_class7"
+    assert track.mlflow_metric_key("local_after_missing") == "local_drift/local_after_missing"
+
+
+def test_ui_links_open_each_suite_on_its_runs_table(tmp_path: Path, migrated_store: Path) -> None:
+    from fedskew.cli import ui_links
+
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    ids = {name: client.create_experiment(name) for name in ("fedskew/default", "fedskew/methods", "other")}
+    assert ui_links(uri, "http://127.0.0.1:5000") == [
+        f"fedskew/{suite}: http://127.0.0.1:5000/#/experiments/{ids['fedskew/' + suite]}/runs"
+        "?workflowType=machine_learning" for suite in ("default", "methods")]

@@ -79,7 +79,7 @@ def cmd_ship(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_import(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.cli import TrackingError, _artifacts, _run_name, _run_tags, _tracking_enabled
+    from fedskew.cli import TrackingError, _artifacts, _dataset_record, _run_name, _run_tags, _tracking_enabled
     from fedskew.packed.archive import import_archives
     from fedskew.runfiles import read_history, read_metrics
 
@@ -100,7 +100,8 @@ def cmd_import(params: Params, args: argparse.Namespace) -> None:
         try:
             track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
                           params=cfg.to_dict(), history=read_history(cfg), tags=tags, artifacts=_artifacts(cfg, files),
-                          status="FAILED" if final.get("status") == "diverged" else "FINISHED")
+                          status="FAILED" if final.get("status") == "diverged" else "FINISHED",
+                          dataset=_dataset_record(cfg))
         except Exception as error:  # noqa: BLE001 - the run files are in place; name each run that failed to log
             log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
             failed += 1

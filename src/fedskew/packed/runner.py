@@ -131,8 +131,9 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
         flops = run_flops(cfg) * done / cfg.training["rounds"]
         return RunEvent(kind, cfg.run_id, run_dir, worker, done, last_round, time.time() - started, flops, **extra)
 
-    device = str(resolve_device(cfg.training["device"]))
-    provenance = run_provenance(device, cfg.training.get("precision", "fp32"))
+    def provenance() -> dict[str, str]:  # asked once the run has trained: the kernels it trained with
+        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"))
+
     try:
         result = run_training(cfg, threads=threads, should_stop=should_stop)
     except RunStopped:
@@ -140,12 +141,12 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
     except NonFiniteError as error:
         if cfg.training["on_divergence"] != "record":
             return event("failed", error.round or 0, error=str(error))
-        write_run_files(cfg, error.history or [], {**summarise_divergence(error), "provenance": provenance})
+        write_run_files(cfg, error.history or [], {**summarise_divergence(error), "provenance": provenance()})
         return event("diverged", error.round or 0)
     except Exception as error:  # noqa: BLE001 - one failed run must not stop the piece; the event names it
         log.exception("%s failed", run_dir)
         return event("failed", asked[-1][0] if asked else 0, error=f"{type(error).__name__}: {error}")
-    write_run_files(cfg, result.history, {**result.final, "provenance": provenance})
+    write_run_files(cfg, result.history, {**result.final, "provenance": provenance()})
     return event("finished", cfg.training["rounds"], done=len(result.history) - result.resumed_from)
 
 

@@ -251,6 +251,7 @@ def _curve_label(method: str, runs: list[SeedRun], stats: pd.DataFrame) -> str:
 def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: str, runs: list[SeedRun]):
     """The accuracy-curve figure of one setting (a matplotlib Figure; the caller saves and closes it)."""
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
     methods = list(dict.fromkeys(r.method for r in runs))
     reference = reference_method(params, methods)
     groups = panels(params, methods)
@@ -301,6 +302,7 @@ def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: s
                           ha="center", va="center", transform=axes.flat[0].transAxes)
     for ax in axes[-1, :]:
         ax.set_xlabel("round")
+    axes.flat[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole (shared by every panel)
     for ax in axes[:, 0]:
         ax.set_ylabel("test accuracy (%)")
     seeds = params.raw["suites"][suite]["seeds"]

@@ -1,0 +1,146 @@
+"""Do fedskew's CPU results stay the same on another x86-64 CPU? Checked under QEMU's CPU models.
+
+The same computation runs on this machine's CPU and under `qemu-x86_64 -cpu <model>` (Debian's
+qemu-user: it runs this machine's Python and torch, emulating the chosen CPU's instructions and what
+its CPUID reports), once with FEDSKEW_CPU_KERNELS=portable and once with =native:
+
+- `steps`: 20 SGD steps of the digits CNN and of the MLP on a fixed batch, then a forward pass;
+- `train`: the first `--rounds` rounds of the default suite's FedAvg on digits Q(2), seed 2, with the
+  engine, its evaluation included.
+
+Each prints a digest of the bits (parameters and outputs, or the whole history). Under `portable`
+every digest of a row must be the same; under `native` they may differ, and on this machine's CPU
+did (benchmarks/README.md). QEMU emulates about a hundred times slower than the CPU runs: a `train`
+row takes minutes per model. Default models: Intel Haswell (AVX2, no AVX-512), Intel
+Skylake-Server (AVX-512), AMD EPYC-Rome (AVX2, an AMD CPUID, which MKL treats apart).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/cpu_portability.py [--cpus Haswell-v4 EPYC-Rome] \\
+        [--checks steps train] [--kernels portable native] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "host"
+
+
+def _digest(*chunks: bytes) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def steps_check() -> str:
+    import torch
+
+    from fedskew.catalog import dataset_info
+    from fedskew.models import build_model
+    from fedskew.sgd import SGD
+
+    torch.set_num_threads(1)
+    digests = []
+    for name in ("cnn", "mlp"):
+        torch.manual_seed(0)
+        model = build_model(name, dataset_info({"source": "digits", "test_fraction": 0.2, "seed": 0}))
+        optimiser = SGD(model.parameters(), lr=0.05)
+        generator = torch.Generator().manual_seed(1)
+        x, y = torch.randn(64, 1, 8, 8, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+        for _ in range(20):
+            optimiser.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[:32]), y[:32]).backward()
+            optimiser.step()
+        with torch.no_grad():
+            out = model(x).softmax(-1)
+        digests.append(f"{name} " + _digest(*(p.detach().numpy().tobytes() for p in model.state_dict().values()),
+                                            out.numpy().tobytes()))
+    return ", ".join(digests)
+
+
+def train_check(rounds: int) -> str:
+    import dataclasses
+
+    from fedskew.cli import cmd_partition
+    from fedskew.config import load_params
+    from fedskew.data.registry import prepare
+    from fedskew.engine.simulation import run_training
+
+    params = load_params(ROOT / "params.yaml")
+    scratch = tempfile.mkdtemp()
+    try:
+        os.chdir(scratch)
+        prepare("digits", params.dataset_spec("digits"))
+        cmd_partition(params, argparse.Namespace(dataset="digits", partition="q2", seed=2))
+        cfg = params.run("default", "digits", "q2", "fedavg", 2)
+        cfg = dataclasses.replace(cfg, training={**cfg.training, "rounds": rounds})
+        result = run_training(cfg)
+    finally:
+        os.chdir(ROOT)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return (f"history {_digest(json.dumps(result.history, sort_keys=True, default=repr).encode())}, "
+            f"test loss {result.history[-1]['test_loss']!r}")
+
+
+def child(check: str, rounds: int) -> None:
+    from fedskew import cpu_pin
+
+    cpu_pin.apply()  # as `python -m fedskew` does, before torch computes anything
+    import torch
+
+    cpu_pin.configure_torch()
+    text = steps_check() if check == "steps" else train_check(rounds)
+    print(json.dumps({"capability": str(torch.backends.cpu.get_cpu_capability()), "result": text}))
+
+
+def measure(cpu: str, check: str, kernels: str, rounds: int) -> dict:
+    env = {**os.environ, "FEDSKEW_CPU_KERNELS": kernels, "FEDSKEW_TRACKING": "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+        env.pop(name, None)  # the child decides, from FEDSKEW_CPU_KERNELS alone
+    command = [sys.executable, __file__, "--child", check, "--rounds", str(rounds)]
+    if cpu != HOST:
+        command = ["qemu-x86_64", "-cpu", cpu, *command]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"capability": "?", "result": f"failed: {done.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpus", nargs="*", default=["Haswell-v4", "Skylake-Server-v4", "EPYC-Rome"],
+                        help="QEMU CPU models (`qemu-x86_64 -cpu help`); this machine's CPU always runs first")
+    parser.add_argument("--checks", nargs="+", default=["steps", "train"], choices=["steps", "train"])
+    parser.add_argument("--kernels", nargs="+", default=["portable", "native"], choices=["portable", "native"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", choices=["steps", "train"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.rounds)
+        return
+    if shutil.which("qemu-x86_64") is None:
+        sys.exit("qemu-x86_64 is missing: `apt-get install qemu-user` (Debian), or pass --cpus with no model")
+    from fedskew.provenance import cpu_model
+
+    print(f"this machine: {cpu_model()}")
+    for check in args.checks:
+        for kernels in args.kernels:
+            results = {cpu: measure(cpu, check, kernels, args.rounds) for cpu in [HOST, *args.cpus]}
+            same = len({r["result"] for r in results.values()}) == 1
+            print(f"{check} / {kernels}: {'identical on every CPU' if same else 'DIFFERENT between CPUs'}")
+            for cpu, got in results.items():
+                print(f"  {cpu:18s} ({got['capability']}): {got['result']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Portable CPU kernels: the same CPU results on any x86-64 CPU, whichever one runs the job.
+
+PyTorch picks its CPU kernels at run time by what the CPU offers, and each choice sums in its own
+order. A 30-round CNN run then ends a test sample or two apart between CPU models. Measured on the
+default suite's FedAvg on digits Q(2), seeds 0 / 1 / 2, on one Intel Xeon with AVX-512 and AMX: the
+libraries' own choices give 82.78 / 80.00 / 68.33 %, ATen capped at AVX2 gives 82.78 / 80.00 / 68.61,
+ATen and MKL at AVX2 82.50 / 80.00 / 68.61, and the tables committed before this pin (made on
+another CPU) had 82.78 / 80.28 / 68.61. Capping instruction sets is not enough: oneDNN and NNPACK
+choose their blocking by the CPU and promise no equality across CPUs, and MKL's AVX2 branch gave
+other bits on an AMD CPU than on Intel ones (QEMU's EPYC-Rome model against Haswell and this Xeon;
+benchmarks/README.md). So fedskew takes, for CPU work, only kernels whose arithmetic is fixed by
+the instruction set:
+
+- ATen's own kernels at AVX2 (`ATEN_CPU_CAPABILITY=avx2`): compiled code, the same on every CPU
+  with AVX2 (Intel since 2013, AMD since 2015);
+- MKL's `COMPATIBLE` conditional-numerical-reproducibility branch (`MKL_CBWR=COMPATIBLE`): SSE2
+  code that every x86-64 CPU runs, which gave the same bits on the emulated AMD CPU where MKL's
+  AVX2 branch did not;
+- no oneDNN and no NNPACK for CPU training (`configure_torch`): convolutions then run as ATen's
+  im2col and MKL's matrix products;
+- numpy's OpenBLAS at its Haswell kernels (`OPENBLAS_CORETYPE=Haswell`), for the data generated
+  with numpy (Synthetic(λ, μ)); oneDNN, where anything still reaches it, at AVX2.
+
+`FEDSKEW_CPU_KERNELS` chooses: `portable` (the default) applies all of this; `native` leaves the
+libraries to choose (about twice as fast for the CNNs here, benchmarks/cpu_kernels.py; but CPU
+results then move with the CPU model). A variable
+the user already set is left as it is. What was in force is recorded with every run (`describe()`:
+metrics.json's `provenance`, MLflow's `fedskew.provenance.*` tags). On other architectures (aarch64)
+there is nothing to pin: results there are their own. GPU kernels are not affected: GPU results vary
+with the GPU model and the precision (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import MutableMapping
+
+ENV_VAR = "FEDSKEW_CPU_KERNELS"
+CHOICES = ("portable", "native")
+PIN_VARIABLES = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                 "OPENBLAS_CORETYPE": "Haswell"}
+
+
+class CpuPinError(ValueError):
+    """FEDSKEW_CPU_KERNELS holds a value fedskew does not know."""
+
+
+def is_x86_64(machine: str | None = None) -> bool:
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64")
+
+
+def requested(environ: MutableMapping[str, str] = os.environ) -> str:
+    """The kernels FEDSKEW_CPU_KERNELS asks for (`portable` when unset); an unknown value is an error."""
+    value = environ.get(ENV_VAR, "").strip().lower() or "portable"
+    if value not in CHOICES:
+        raise CpuPinError(f"{ENV_VAR}={environ.get(ENV_VAR)!r} is not one of {', '.join(CHOICES)}: use portable "
+                          f"(the default: the same CPU results on any x86-64 CPU) or native (the CPU's own kernels, "
+                          f"results that depend on the CPU model)")
+    return value
+
+
+def active(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> bool:
+    return requested(environ) == "portable" and is_x86_64(machine)
+
+
+def apply(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> dict[str, str]:
+    """Set the pin's variables in `environ` where they are unset; returns those this call set.
+
+    Call it before torch and numpy compute anything: the libraries read these variables once, when
+    they first choose a kernel. fedskew's entry point (`python -m fedskew`) does it first thing."""
+    if not active(environ, machine):
+        return {}
+    added = {name: value for name, value in PIN_VARIABLES.items() if name not in environ}
+    environ.update(added)
+    return added
+
+
+def configure_torch(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> None:
+    """Turn off the CPU backends whose arithmetic depends on the CPU model (oneDNN, NNPACK), when the
+    portable kernels are asked for. Called by the engine before a run trains."""
+    if not active(environ, machine):
+        return
+    import torch
+
+    torch.backends.mkldnn.enabled = False
+    torch.backends.nnpack.set_flags(False)
+
+
+def describe(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> dict[str, str]:
+    """What was in force, for a run's provenance and tags: the kernels asked for, each library's setting,
+    and the capability torch's CPU kernels actually use (`AVX2`, `AVX512`, ... or `unknown`)."""
+    try:
+        kernels = requested(environ)
+    except CpuPinError:
+        kernels = f"invalid ({environ.get(ENV_VAR)})"
+    if not is_x86_64(machine):
+        kernels = f"own ({machine or platform.machine()}: nothing to pin)"
+    record = {"cpu_kernels": kernels}
+    record.update({f"env_{name}": environ.get(name, "unset") for name in PIN_VARIABLES})
+    try:
+        import torch
+
+        record["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+        record["torch_mkldnn"] = str(torch.backends.mkldnn.enabled)
+        record["torch_nnpack"] = str(torch._C._get_nnpack_enabled())
+    except Exception:  # noqa: BLE001 - a provenance field must never fail a run
+        record["cpu_capability"] = "unknown"
+    return record

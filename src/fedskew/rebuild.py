@@ -1,0 +1,319 @@
+"""Rebuild a suite's tables and prove it: are they identical to the committed ones?
+
+Two ways, one comparison (`docs/design.md`, "Rebuilding and proving it"):
+
+- `fedskew run` (`make run`) builds `run.suites` in place: Snakemake trains the runs that are
+  missing or stale (all of them on a fresh clone, whose run files are DVC outputs and not in
+  git), then rebuilds every table of those suites from the run files, then compares each table
+  with the committed one. It leaves the project as `snakemake --cores all` would: a second
+  `snakemake` has nothing to do.
+- `fedskew verify --suite S` (`make verify SUITE=S`) trains the suite from its seeds in a
+  scratch project under `.verify/S/` (the project's params.yaml, its verified raw data, nothing
+  else) and compares the tables built there. It never writes into `results/`.
+
+The reference of the comparison is read before anything is built: the table as committed at
+HEAD when it is tracked by git, else the file as it was before the build. So nothing committed
+is overwritten before it has been compared, and a difference is reported cell by cell, never
+silently replaced. Snakemake and DVC keep their own semantics: `make run` adds only a forced
+re-aggregation (cheap) to what `snakemake --cores all` does.
+
+Snakemake runs as a child process with its job blocks quieted: this module prints one line per
+finished run (its final accuracy) and per progress step, and keeps Snakemake's full output in
+`logs/rebuild/<suite...>.log`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedskew import paths
+from fedskew.config import Params
+
+TABLE_EXTS = ("md", "csv", "tex", "json")
+SCRATCH = Path(".verify")
+LOG_DIR = Path("logs/rebuild")
+# The figures of a table are rebuilt with it but not compared: a PNG's bytes depend on the
+# matplotlib and libpng build, not on the numbers (the numbers are in the tables).
+
+
+@dataclass(frozen=True)
+class CellDiff:
+    """One cell of a suite's table that differs: `key` is dataset/partition/method."""
+
+    key: str
+    field: str
+    committed: float | None
+    rebuilt: float | None
+
+    def text(self) -> str:
+        if self.committed is None or self.rebuilt is None:
+            return f"{self.key} {self.field}: {_show(self.committed)} -> {_show(self.rebuilt)}"
+        scale = 100.0 if "acc" in self.field else 1.0
+        delta = (self.rebuilt - self.committed) * scale
+        unit = " points" if scale == 100.0 else ""
+        return (f"{self.key} {self.field}: {_show(self.committed, scale)} -> {_show(self.rebuilt, scale)} "
+                f"({delta:+.4g}{unit})")
+
+
+def _show(value: float | None, scale: float = 1.0) -> str:
+    return "absent" if value is None else f"{value * scale:.6g}"
+
+
+@dataclass
+class TableCheck:
+    """The comparison of one suite's four table files with their references."""
+
+    suite: str
+    reference: str  # "HEAD 1a2b3c4" or "the file before the build" or "none"
+    differing_files: list[str] = field(default_factory=list)
+    missing_reference: list[str] = field(default_factory=list)
+    cells: list[CellDiff] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return not self.differing_files and not self.missing_reference
+
+    @property
+    def differs(self) -> bool:
+        """A table differs from its reference (a table with nothing to compare with does not differ: it is new)."""
+        return bool(self.differing_files)
+
+    def summary(self) -> str:
+        if self.identical:
+            return f"{self.suite}: identical to {self.reference}"
+        parts = []
+        if self.differing_files:
+            what = f"{len(self.cells)} cell(s) differ" if self.cells else "the numbers agree, the text differs"
+            parts.append(f"{', '.join(self.differing_files)} differ from {self.reference}: {what}")
+        if self.missing_reference:
+            parts.append(f"{', '.join(self.missing_reference)} new (nothing committed to compare with)")
+        return f"{self.suite}: " + "; ".join(parts)
+
+
+def table_files(suite: str, root: Path = Path(".")) -> dict[str, Path]:
+    return {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in TABLE_EXTS}
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60)
+
+
+def read_references(suite: str, root: Path = Path(".")) -> tuple[str, dict[str, bytes | None]]:
+    """Each table file of `suite` as committed at HEAD (when git tracks it), else as it is now.
+
+    Read before a build, so that a rebuild cannot overwrite what it is compared with."""
+    files = table_files(suite, root)
+    try:
+        head = _git(root, "rev-parse", "--short", "HEAD")
+        tracked = head.returncode == 0 and all(
+            _git(root, "ls-files", "--error-unmatch", str(p.relative_to(root))).returncode == 0 for p in files.values())
+    except (OSError, subprocess.SubprocessError):
+        tracked = False
+    if tracked:
+        label = f"the committed tables (HEAD {head.stdout.decode().strip()})"
+        blobs = {}
+        for ext, path in files.items():
+            shown = _git(root, "show", f"HEAD:{path.relative_to(root).as_posix()}")
+            blobs[ext] = shown.stdout if shown.returncode == 0 else None
+        return label, blobs
+    present = {ext: (path.read_bytes() if path.exists() else None) for ext, path in files.items()}
+    label = "the tables as they were before the build" if any(present.values()) else "nothing (no earlier tables)"
+    return label, present
+
+
+def cell_differences(committed_json: bytes, rebuilt_json: bytes) -> list[CellDiff]:
+    """The numbers that differ between two `<suite>.json` tables, cell by cell (exact comparison)."""
+    try:
+        committed, rebuilt = json.loads(committed_json), json.loads(rebuilt_json)
+    except ValueError:
+        return []
+    cells = []
+    for key in sorted(set(committed) | set(rebuilt)):
+        old, new = committed.get(key, {}), rebuilt.get(key, {})
+        for name in sorted(set(old) | set(new), key=_field_order):
+            a, b = old.get(name), new.get(name)
+            if a != b and not (_is_nan(a) and _is_nan(b)):
+                cells.append(CellDiff(key, name, a, b))
+    return cells
+
+
+def _field_order(name: str) -> tuple[int, str]:
+    return (0 if name.startswith("final_acc") else 1, name)
+
+
+def _is_nan(value: object) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def compare(suite: str, built_root: Path, reference_label: str, references: dict[str, bytes | None]) -> TableCheck:
+    """Compare the table files built under `built_root` with `references` (read by `read_references`)."""
+    check = TableCheck(suite, reference_label)
+    built = {ext: path.read_bytes() for ext, path in table_files(suite, built_root).items()}
+    for ext in TABLE_EXTS:
+        name = f"{suite}.{ext}"
+        if references.get(ext) is None:
+            check.missing_reference.append(name)
+        elif references[ext] != built[ext]:
+            check.differing_files.append(name)
+    if references.get("json") is not None and references["json"] != built["json"]:
+        check.cells = cell_differences(references["json"], built["json"])
+    return check
+
+
+def closing_line(checks: list[TableCheck], how: str) -> str:
+    """The one line a rebuild ends with."""
+    tables = len(checks) * len(TABLE_EXTS)
+    if all(c.identical for c in checks):
+        suites = ", ".join(c.suite for c in checks)
+        return f"fedskew: {how} {suites}: all {tables} tables are identical, byte for byte, to {checks[0].reference}."
+    bad = [c for c in checks if not c.identical]
+    verdict = (f"{sum(c.differs for c in checks)} of {len(checks)} suite(s) differ" if any(c.differs for c in checks)
+               else "no table differs, but not every table had a committed one")
+    return f"fedskew: {how}: {verdict}: " + " | ".join(c.summary() for c in bad)
+
+
+def report(checks: list[TableCheck], how: str, max_cells: int = 40) -> str:
+    """The cells that differ (at most `max_cells` per suite), then the closing line."""
+    lines = []
+    for check in checks:
+        for cell in check.cells[:max_cells]:
+            lines.append(f"  {check.suite}: {cell.text()}")
+        if len(check.cells) > max_cells:
+            lines.append(f"  {check.suite}: ... and {len(check.cells) - max_cells} more (compare the .json tables)")
+    lines.append(closing_line(checks, how))
+    return "\n".join(lines)
+
+
+# ---- running Snakemake with a readable progress ------------------------------------------------
+
+class Progress:
+    """Reads Snakemake's output line by line and prints a short line for each progress step and
+    for each run whose metrics.json has appeared since (method, setting, seed, final accuracy)."""
+
+    def __init__(self, runs: list, root: Path, out=sys.stdout):
+        # each run's metrics.json and its modification time now (None: absent): a run is reported once
+        # its file appears or changes, so runs that are up to date are not reported as trained
+        self.pending = {path: (cfg, _mtime(path)) for cfg in runs
+                        for path in [str(root / cfg.path(paths.RUN_METRICS))]}
+        self.out = out
+        self.started = time.time()
+
+    def feed(self, line: str) -> None:
+        text = line.strip()
+        if text.endswith("done") and " of " in text and "steps" in text:
+            self.report_finished_runs()
+            self._print(f"[{time.time() - self.started:5.0f} s] {text}")
+        elif text.startswith(("Error in rule", "WorkflowError", "MissingInputException", "RuleException")):
+            self._print(text)
+
+    def report_finished_runs(self) -> None:
+        for path in [p for p, (_, before) in self.pending.items() if _mtime(p) not in (None, before)]:
+            cfg, _ = self.pending.pop(path)
+            try:
+                accuracy = f"{json.loads(Path(path).read_text())['final_acc'] * 100:.2f} %"
+            except (OSError, ValueError, KeyError, TypeError):
+                accuracy = "(metrics unreadable)"
+            self._print(f"  trained {cfg.method} on {cfg.dataset}/{cfg.partition} seed {cfg.seed}: "
+                        f"final accuracy {accuracy}")
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def run_snakemake(args: list[str], *, cwd: Path, runs: list, log_path: Path, env: dict | None = None) -> int:
+    """`snakemake <args>` in `cwd` with job blocks quieted; returns its exit code. Snakemake's full
+    output goes to `log_path` (and, when it fails, its last lines to stderr)."""
+    command = [sys.executable, "-m", "snakemake", "--quiet", "rules", "host", "reason", *args]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress(runs, cwd)
+    with open(log_path, "a") as log, subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True, bufsize=1) as child:
+        log.write(f"$ {' '.join(command)}   (in {cwd})\n")
+        tail: list[str] = []
+        for line in child.stdout:
+            log.write(line)
+            tail = (tail + [line.rstrip()])[-40:]
+            progress.feed(line)
+        code = child.wait()
+    progress.report_finished_runs()
+    if code != 0:
+        print("\n".join(tail), file=sys.stderr)
+        print(f"fedskew: snakemake failed (exit {code}); its whole output is in {log_path}", file=sys.stderr)
+    return code
+
+
+def _snakemake_env() -> dict:
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_in_place(params: Params, suites: list[str], root: Path = Path("."), cores: str = "all") -> tuple[int, str]:
+    """`make run`: train what is missing, rebuild the suites' tables from the run files, compare.
+    Returns (exit code, closing report)."""
+    references = {suite: read_references(suite, root) for suite in suites}
+    runs = params.runs(suites)
+    log_path = root / LOG_DIR / f"{'+'.join(suites)}.log"
+    log_path.unlink(missing_ok=True)
+    print(f"fedskew: building {', '.join(suites)} ({len(runs)} runs; Snakemake's output: {log_path})", flush=True)
+    env = _snakemake_env()
+    trained = [str(cfg.path(paths.RUN_METRICS)) for cfg in runs]
+    code = run_snakemake(["--cores", cores, *trained], cwd=root, runs=runs, log_path=log_path, env=env)
+    if code == 0:
+        tables = [str(paths.TABLE.format(suite=s, ext="md")) for s in suites]
+        code = run_snakemake(["--cores", cores, "--forcerun", "aggregate", "--", *tables], cwd=root, runs=[],
+                             log_path=log_path, env=env)
+    if code != 0:
+        return code, f"fedskew: the build failed; nothing was compared (see {log_path})"
+    checks = [compare(s, root, *references[s]) for s in suites]
+    return (1 if any(c.differs for c in checks) else 0), report(checks, "rebuilt")
+
+
+def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores: str = "all",
+                      keep: bool = False) -> tuple[int, str]:
+    """`make verify SUITE=...`: train `suite` from its seeds in `.verify/<suite>/` and compare its tables."""
+    label, references = read_references(suite, root)
+    scratch = (root / SCRATCH / suite).resolve()
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "data").mkdir(parents=True)
+    shutil.copy2(root / "params.yaml", scratch / "params.yaml")
+    raw = (root / "data" / "raw").resolve()
+    raw.mkdir(parents=True, exist_ok=True)
+    # Raw data is verified by its checksums wherever it came from; sharing it saves a download.
+    # Partitions, runs and tables are made afresh from the seeds.
+    os.symlink(raw, scratch / "data" / "raw")
+    runs = params.runs([suite])
+    log_path = root / LOG_DIR / f"verify-{suite}.log"
+    log_path.unlink(missing_ok=True)
+    print(f"fedskew: rebuilding {suite} from its seeds in {scratch} ({len(runs)} runs; Snakemake's output: "
+          f"{log_path})", flush=True)
+    env = {**_snakemake_env(), "FEDSKEW_TRACKING": "0"}  # a check, not a result: the MLflow store stays as it is
+    snakefile = (root / "workflow" / "Snakefile").resolve()
+    code = run_snakemake(["--snakefile", str(snakefile), "--directory", str(scratch), "--cores", cores,
+                          paths.TABLE.format(suite=suite, ext="md")], cwd=scratch, runs=runs, log_path=log_path,
+                         env=env)
+    if code != 0:
+        return code, (f"fedskew: rebuilding {suite} failed; nothing was compared (see {log_path}; "
+                      f"the scratch project is kept in {scratch})")
+    check = compare(suite, scratch, label, references)
+    if check.identical and not keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    elif not check.identical:
+        print(f"fedskew: the rebuilt tables are kept in {scratch / 'results' / 'tables'}", flush=True)
+    return (1 if check.differs else 0), report([check], "rebuilt from the seeds")

@@ -1,0 +1,125 @@
+"""`make run` and `make verify` prove a rebuild: on a fresh clone they train from the seeds and say whether
+every rebuilt table is identical to the committed one, and a perturbed committed cell is reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import venv_bin
+from tests.integration.test_workflow import make_copy, run
+
+pytestmark = pytest.mark.slow
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository whose tiny suite's tables are built and committed (run files, as in fedskew, are not).
+    Built once; every test works in clones of it."""
+    from tests.conftest import TINY_PARAMS
+
+    origin = make_copy(tmp_path_factory.mktemp("origin"), TINY_PARAMS)
+    (origin / ".gitignore").write_text("/data/raw/\n/data/partitions/\n/results/runs/\n/results/checkpoints/\n"
+                                       ".snakemake/\nlogs/\n.verify/\n__pycache__/\nmlflow.db*\n")
+    built = run([venv_bin("snakemake"), "--cores", "2"], origin, FEDSKEW_TRACKING="0")
+    assert built.returncode == 0, built.stderr[-3000:]
+    git(origin, "init", "-q", "-b", "main")
+    commit(origin, "tables")
+    return origin
+
+
+def commit(root: Path, message: str) -> None:
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+
+
+def fresh_clone(origin: Path, where: Path) -> Path:
+    git(origin.parent, "clone", "-q", str(origin), str(where))
+    return where
+
+
+def fedskew(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "fedskew", *args], root, FEDSKEW_TRACKING="0")
+
+
+def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_path, origin):
+    clone = fresh_clone(origin, tmp_path / "clone")
+    assert not (clone / "results/runs").exists() and (clone / "results/tables/tiny.md").exists()
+
+    done = fedskew(clone, "run")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-1].startswith("fedskew: rebuilt tiny: all 4 tables are identical, byte for byte, to the "
+                                "committed tables (HEAD ")
+    # a readable progress: one line per trained run with its accuracy, no Snakemake job blocks
+    trained = [line for line in lines if line.startswith("  trained ")]
+    assert len(trained) == 8 and all("final accuracy" in line and line.endswith(" %") for line in trained)
+    assert "rule train:" not in done.stdout and "jobid" not in done.stdout
+    assert len(list((clone / "results/runs/tiny").rglob("metrics.json"))) == 8
+    assert git(clone, "status", "--porcelain", "results/tables") == ""
+
+    # a clone that has its runs: a plain snakemake has nothing to do
+    again = run([venv_bin("snakemake"), "--cores", "2", "-n"], clone)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert "missing provenance" not in again.stdout + again.stderr
+
+
+def test_a_perturbed_committed_cell_is_reported_and_stays_in_git(tmp_path, origin):
+    clone = fresh_clone(origin, tmp_path / "clone")
+    table = clone / "results/tables/tiny.json"
+    cells = json.loads(table.read_text())
+    key = "digits/dir0.5/fedavg"
+    true_mean = cells[key]["final_acc_mean"]
+    cells[key]["final_acc_mean"] = round(true_mean + 0.0123, 6)
+    table.write_text(json.dumps(cells, indent=2) + "\n")
+    commit(clone, "a wrong cell")
+
+    done = fedskew(clone, "run")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    out = done.stdout
+    assert f"tiny: {key} final_acc_mean:" in out and "(-1.23 points)" in out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("fedskew: rebuilt: 1 of 1 suite(s) differ: tiny: tiny.json differ from the committed "
+                           "tables") and "1 cell(s) differ" in last
+    # the committed cell is still in git; the working tree holds the rebuilt table, for git diff to show
+    assert json.loads(git(clone, "show", "HEAD:results/tables/tiny.json"))[key]["final_acc_mean"] == \
+        cells[key]["final_acc_mean"]
+    assert json.loads((clone / "results/tables/tiny.json").read_text())[key]["final_acc_mean"] == true_mean
+
+
+def test_make_verify_rebuilds_from_the_seeds_in_a_scratch_project(tmp_path, origin):
+    project = fresh_clone(origin, tmp_path / "clone")
+    before = {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()}
+
+    done = fedskew(project, "verify", "--suite", "tiny", "--cores", "2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1].startswith("fedskew: rebuilt from the seeds tiny: all 4 tables "
+                                                            "are identical")
+    assert {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()} == before
+    assert not (project / ".verify/tiny").exists()  # removed once identical
+
+    bad = fedskew(project, "verify", "--suite", "tinny")
+    assert bad.returncode == 2 and "'tinny' is not a suite (did you mean 'tiny'?)" in bad.stderr
+
+
+def test_the_report_on_a_fresh_clone_says_what_to_run(tmp_path, origin):
+    clone = fresh_clone(origin, tmp_path / "clone")
+
+    before = run([venv_bin("snakemake"), "--report", "results/report.html"], clone)
+    assert before.returncode == 1
+    assert "Traceback" not in before.stderr and "WorkflowError" not in before.stderr
+    assert "suite(s) tiny are not built here yet" in before.stderr and "make report" in before.stderr
+
+    assert fedskew(clone, "run").returncode == 0
+    after = run([venv_bin("snakemake"), "--report", "results/report.html"], clone)
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert (clone / "results/report.html").stat().st_size > 10_000

@@ -1,0 +1,97 @@
+"""The comparison behind `make run` / `make verify`, on hand-made tables (no training)."""
+
+from __future__ import annotations
+
+import json
+
+from fedskew import rebuild
+
+COMMITTED = {"digits/q2/fedavg": {"final_acc_mean": 0.772222, "final_acc_std": 0.075615, "seeds": 3},
+             "digits/q2/fedlc": {"final_acc_mean": 0.634259, "final_acc_std": 0.135927, "seeds": 3}}
+
+
+def write_tables(root, suite, cells, text="| method |"):
+    for ext, path in rebuild.table_files(suite, root).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cells, indent=2) + "\n" if ext == "json" else f"{text} {ext}\n")
+
+
+def references(root, suite):
+    return {ext: path.read_bytes() for ext, path in rebuild.table_files(suite, root).items()}
+
+
+def test_identical_tables_give_one_line_and_no_cells(tmp_path):
+    write_tables(tmp_path / "a", "s", COMMITTED)
+    write_tables(tmp_path / "b", "s", COMMITTED)
+    check = rebuild.compare("s", tmp_path / "b", "the committed tables (HEAD abc)", references(tmp_path / "a", "s"))
+    assert check.identical and not check.differs and check.cells == []
+    assert rebuild.report([check], "rebuilt") == ("fedskew: rebuilt s: all 4 tables are identical, byte for byte, "
+                                                  "to the committed tables (HEAD abc).")
+
+
+def test_a_moved_cell_is_named_with_both_values_and_the_difference_in_points(tmp_path):
+    write_tables(tmp_path / "a", "s", COMMITTED)
+    moved = json.loads(json.dumps(COMMITTED))
+    moved["digits/q2/fedavg"].update(final_acc_mean=0.771296, final_acc_std=0.075)  # one test sample of 1080
+    write_tables(tmp_path / "b", "s", moved, text="| method | moved")
+    check = rebuild.compare("s", tmp_path / "b", "HEAD", references(tmp_path / "a", "s"))
+    assert check.differs and check.differing_files == ["s.md", "s.csv", "s.tex", "s.json"]
+    assert [c.text() for c in check.cells] == [
+        "digits/q2/fedavg final_acc_mean: 77.2222 -> 77.1296 (-0.0926 points)",
+        "digits/q2/fedavg final_acc_std: 7.5615 -> 7.5 (-0.0615 points)"]
+    last = rebuild.report([check], "rebuilt").splitlines()[-1]
+    assert last == ("fedskew: rebuilt: 1 of 1 suite(s) differ: s: s.md, s.csv, s.tex, s.json differ from HEAD: "
+                    "2 cell(s) differ")
+
+
+def test_cells_that_appear_or_vanish_and_text_only_changes(tmp_path):
+    fewer = {"digits/q2/fedavg": COMMITTED["digits/q2/fedavg"]}
+    cells = rebuild.cell_differences(json.dumps(COMMITTED).encode(), json.dumps(fewer).encode())
+    assert {(c.key, c.field, c.rebuilt) for c in cells} == {("digits/q2/fedlc", f, None) for f in COMMITTED[
+        "digits/q2/fedlc"]}
+    assert "absent" in cells[0].text()
+    write_tables(tmp_path / "a", "s", COMMITTED)
+    write_tables(tmp_path / "b", "s", COMMITTED, text="| method | (protocol line changed)")
+    check = rebuild.compare("s", tmp_path / "b", "HEAD", references(tmp_path / "a", "s"))
+    assert check.differs and check.cells == [] and "the numbers agree, the text differs" in check.summary()
+
+
+def test_a_new_suite_is_not_a_difference(tmp_path):
+    write_tables(tmp_path / "b", "new", COMMITTED)
+    check = rebuild.compare("new", tmp_path / "b", "nothing (no earlier tables)", dict.fromkeys(rebuild.TABLE_EXTS))
+    assert not check.differs and not check.identical
+    assert "no table differs, but not every table had a committed one" in rebuild.closing_line([check], "rebuilt")
+
+
+def test_references_come_from_the_files_outside_git(tmp_path):
+    write_tables(tmp_path, "s", COMMITTED)
+    label, found = rebuild.read_references("s", tmp_path)
+    assert label == "the tables as they were before the build"
+    assert json.loads(found["json"]) == COMMITTED
+
+
+def test_progress_reports_runs_trained_now_and_not_those_already_there(tmp_path):
+    import io
+    import time
+
+    from fedskew import paths as fedskew_paths
+    from fedskew.config import load_params
+    from tests.conftest import TINY_PARAMS
+
+    runs = load_params(TINY_PARAMS).runs()[:3]
+    paths = [tmp_path / cfg.path(fedskew_paths.RUN_METRICS) for cfg in runs]
+    paths[0].parent.mkdir(parents=True)
+    paths[0].write_text('{"final_acc": 0.5}')  # up to date before the build
+    out = io.StringIO()
+    progress = rebuild.Progress(runs, tmp_path, out=out)
+    time.sleep(0.01)
+    for path, acc in ((paths[1], 0.8), (paths[0], 0.6)):  # trained now, and retrained (stale)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"final_acc": acc}))
+    progress.feed("3 of 10 steps (30%) done\n")
+    lines = out.getvalue().splitlines()
+    def line(cfg, accuracy):
+        return f"  trained {cfg.method} on {cfg.dataset}/{cfg.partition} seed {cfg.seed}: final accuracy {accuracy}"
+
+    assert sorted(lines[:2]) == sorted([line(runs[0], "60.00 %"), line(runs[1], "80.00 %")])
+    assert lines[2].endswith("3 of 10 steps (30%) done") and len(lines) == 3
