@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tests: one SLURM cluster per session, the local reference run, timings."""
+"""Fixtures of the cluster tests: one SLURM cluster per session, timings."""
 
 from __future__ import annotations
 
@@ -72,18 +72,9 @@ def cluster(timings: Timings) -> Iterator[harness.Cluster]:
 
 @dataclass
 class Reference:
-    """The default suite run locally (`snakemake --cores all`), uninterrupted: what every cluster run must equal."""
+    """An uninterrupted run of the default suite through SLURM (see test_slurm_cluster.py's `uninterrupted`),
+    whose tables were checked byte-identical to the committed ones: what each fault run must equal."""
 
     root: Path
     files: dict[str, str]  # relative path -> sha256 of partitions, run files, tables and figures
-
-
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory: pytest.TempPathFactory, timings: Timings) -> Reference:
-    root = harness.make_project(tmp_path_factory.mktemp("local") / "project")
-    env = harness.project_env(root, FEDSKEW_TRACKING="0")  # tracking never changes a result
-    with timings.part("local reference run of the default suite (snakemake --cores all)"):
-        harness.must(harness.run([harness.venv_bin("snakemake"), "--cores", "all"], root, env, timeout=3600))
-    files = harness.digests(root, REFERENCE_COMPARED)
-    assert sum(name.endswith("/metrics.json") for name in files) == 36, sorted(files)
-    return Reference(root, files)
+    commit: str  # the project's git commit, which every run's provenance records

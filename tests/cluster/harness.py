@@ -256,7 +256,7 @@ def project_env(root: Path, cluster: Cluster | None = None, tracking_uri: str | 
     """The environment of a user in `root` with the environment activated (and the cluster's SLURM_CONF)."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "PYTHONPATH": str(root / "src"), "PATH": path}
-    for name in ("MLFLOW_TRACKING_URI", "FEDSKEW_TRACKING"):
+    for name in ("MLFLOW_TRACKING_URI", "FEDSKEW_TRACKING", "FEDSKEW_COMMIT"):
         env.pop(name, None)
     if cluster is not None:
         env.update(cluster.env)

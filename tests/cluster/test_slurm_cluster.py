@@ -5,12 +5,16 @@ job, a node drained mid-run, the MLflow server stopped mid-suite), each ending w
 an uninterrupted run and one FINISHED MLflow run per configuration.
 
 Root and Debian's packages (installed by the script where missing) are needed, and the whole
-module takes about half an hour on 2 cores, so it is left out of `make test`:
+module takes about MINUTES on 2 shared cores, so it is left out of `make test`:
 
     .venv/bin/python -m pytest -m cluster tests/cluster
 
-The comparison is with the same suite run locally (`snakemake --cores all`) in the same session,
-on this machine: CPU kernels differ between CPU models, so the committed tables are not the yardstick.
+The yardstick of the SLURM run is the committed tables and figures of the default suite: every
+training job pins portable CPU kernels (fedskew.cpu_pin, applied by `python -m fedskew`, which
+every rule's command runs, inside `sbatch` and `srun` too), so a local `make run` rebuilds them byte
+for byte on any x86-64 machine, and they are what a local run gives here. That run, uninterrupted
+and checked, is then the yardstick of the faults, which repeat a cut of the suite with the same run
+ids: no local run of the suite is needed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,6 +33,7 @@ from fedskew import paths
 from fedskew.config import load_params
 from tests.cluster import harness
 from tests.cluster.conftest import REFERENCE_COMPARED, Reference, Timings
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.cluster
 
@@ -71,82 +78,113 @@ def check_all_completed(cluster: harness.Cluster, run_ids: list[str], planned: d
 # The default suite, end to end
 
 
-def test_default_suite_through_slurm_with_an_mlflow_server_and_a_dvc_remote(
-        tmp_path: Path, cluster: harness.Cluster, reference: Reference, timings: Timings) -> None:
-    server = harness.MlflowServer(tmp_path / "mlflow")
+@dataclass
+class SuiteRun:
+    """The default suite run once through SLURM, uninterrupted, in a git + DVC project."""
+
+    folder: Path
+    root: Path
+    server: harness.MlflowServer
+    run_ids: list[str]
+    planned: dict[str, str]  # SLURM comment -> rule, from a dry run
+    reference: Reference
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, cluster: harness.Cluster,
+                  timings: Timings) -> Iterator[SuiteRun]:
+    """`snakemake --profile workflow/profiles/slurm` on the default suite, every job tracked by an
+    `mlflow server` on loopback, in a git project with a local-folder DVC remote."""
+    folder = tmp_path_factory.mktemp("suite")
+    server = harness.MlflowServer(folder / "mlflow")
     with timings.part("start the MLflow server"):
         server.start()
     try:
-        root = harness.make_project(tmp_path / "project")
-        remote = tmp_path / "dvc-remote"
+        root = harness.make_project(folder / "project")
         plain = harness.project_env(root)
         for cmd in (["git", "init", "-q"], [harness.venv_bin("dvc"), "init", "-q"],
-                    [harness.venv_bin("dvc"), "remote", "add", "-d", "store", str(remote)], ["git", "add", "-A"],
-                    ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fedskew"]):
+                    [harness.venv_bin("dvc"), "remote", "add", "-d", "store", str(folder / "dvc-remote")],
+                    ["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm",
+                                           "fedskew"]):
             harness.must(harness.run(cmd, root, plain))
+        commit = harness.must(harness.run(["git", "rev-parse", "HEAD"], root, plain)).stdout.strip()
 
         env = harness.project_env(root, cluster, server.uri)
         args = harness.profile_args(cluster, root / harness.SLURM_PROFILE / "config.yaml")
         planned = harness.planned_jobs(root, args, env)
-        assert sorted(set(planned.values())) == ["aggregate", "download", "partition", "train"]
         with timings.part("default suite through SLURM (snakemake --profile workflow/profiles/slurm)"):
-            suite = harness.SnakemakeRun(root, args, env, tmp_path / "snakemake.log")
+            suite = harness.SnakemakeRun(root, args, env, folder / "snakemake.log")
             try:
                 harness.finish(suite, SUITE_TIMEOUT_S)
             finally:
                 suite.close()
-
-        # Every job went through sbatch with the profile's resources, and SLURM accounted it COMPLETED.
-        records = check_all_completed(cluster, suite.run_ids(), planned)
-        cfgs = configurations(root)
-        trains = [r for r in records if planned[r["Comment"]] == "train"]
-        assert sorted(r["Comment"] for r in trains) == sorted(harness.train_comment(cfg) for cfg in cfgs)
-        profile = yaml.safe_load((root / harness.SLURM_PROFILE / "config.yaml").read_text())
-        assert {(r["ReqMem"], r["Timelimit"], r["AllocCPUS"]) for r in trains} == {
-            (f"{profile['set-resources']['train']['mem_mb']}M", "12:00:00", "1")}  # 720 minutes, params' 1 thread
-
-        # The results are byte-identical to the local run's.
-        got = harness.digests(root, REFERENCE_COMPARED)
-        assert sorted(got) == sorted(reference.files)
-        differ = [name for name in reference.files if got[name] != reference.files[name]]
-        assert not differ, f"not byte-identical to the local run: {differ}"
-
-        # One FINISHED MLflow run per configuration, on the server (no local store), with its
-        # per-round metrics and its files, sent from inside the batch jobs.
-        check_mlflow(server, cfgs)
-        assert not (root / "mlflow.db").exists()
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=server.uri)
-        by_key = {r.data.tags["fedskew.run_id"]: r for r in server.runs(EXPERIMENT)}
-        for cfg in (cfgs[0], cfgs[-1]):
-            run_ = by_key[cfg.run_id]
-            steps = [m.step for m in client.get_metric_history(run_.info.run_id, "test_acc")]
-            assert steps == list(range(1, cfg.training["rounds"] + 1))
-            assert {"config.yaml", "history.csv", "metrics.json"} <= {a.path for a in client.list_artifacts(
-                run_.info.run_id)}
-            assert run_.data.tags["fedskew.threads"] == "1"
-
-        # DVC: record the outputs without re-running, push them to the remote, pull into a fresh clone.
-        with timings.part("dvc commit, dvc push, git clone and dvc pull"):
-            for cmd in ([harness.venv_bin("dvc"), "commit", "-f", "-q"], ["git", "add", "-A"],
-                        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"],
-                        [harness.venv_bin("dvc"), "push", "-q"]):
-                harness.must(harness.run(cmd, root, plain, timeout=900))
-            clone = tmp_path / "clone"
-            harness.must(harness.run(["git", "clone", "-q", str(root), str(clone)], tmp_path, plain))
-            assert not (clone / "results" / "runs").exists()  # git holds none of them
-            harness.must(harness.run([harness.venv_bin("dvc"), "pull", "-q"], clone, harness.project_env(clone),
-                                     timeout=900))
-        tracked = ("data/raw", "data/partitions", "results/runs/default", "results/checkpoints/default")
-        pushed = harness.digests(root, tracked)
-        assert sum(name.endswith("/last.pt") for name in pushed) == len(cfgs)
-        assert harness.digests(clone, tracked) == pushed
-        status = harness.must(harness.run([harness.venv_bin("dvc"), "status", "-q"], clone,
-                                          harness.project_env(clone)))
-        assert status.returncode == 0
+        reference = Reference(root, harness.digests(root, REFERENCE_COMPARED), commit)
+        yield SuiteRun(folder, root, server, suite.run_ids(), planned, reference)
     finally:
         server.stop()
+
+
+def test_default_suite_through_slurm_with_an_mlflow_server_and_a_dvc_remote(
+        uninterrupted: SuiteRun, cluster: harness.Cluster, timings: Timings) -> None:
+    root, server, planned = uninterrupted.root, uninterrupted.server, uninterrupted.planned
+    plain = harness.project_env(root)
+    assert sorted(set(planned.values())) == ["aggregate", "download", "partition", "train"]
+    # Every job went through sbatch with the profile's resources, and SLURM accounted it COMPLETED.
+    records = check_all_completed(cluster, uninterrupted.run_ids, planned)
+    cfgs = configurations(root)
+    trains = [r for r in records if planned[r["Comment"]] == "train"]
+    assert sorted(r["Comment"] for r in trains) == sorted(harness.train_comment(cfg) for cfg in cfgs)
+    profile = yaml.safe_load((root / harness.SLURM_PROFILE / "config.yaml").read_text())
+    assert {(r["ReqMem"], r["Timelimit"], r["AllocCPUS"]) for r in trains} == {
+        (f"{profile['set-resources']['train']['mem_mb']}M", "12:00:00", "1")}  # 720 minutes, params' 1 thread
+
+    # The tables and figures are byte-identical to the committed ones, which a local run rebuilds
+    # byte for byte (`make run`, under the CPU kernels' pin).
+    got = harness.digests(root, ("results/tables", "results/figures"))
+    committed = {name: digest for name, digest in harness.digests(REPO, ("results/tables", "results/figures"))
+                 .items() if re.match(r"results/(tables/default\.|figures/default/)", name)}
+    assert sorted(got) == sorted(committed) and len(committed) >= 4 + 8, (sorted(got), sorted(committed))
+    differ = [name for name in committed if got[name] != committed[name]]
+    assert not differ, f"not byte-identical to the committed tables and figures: {differ}"
+    assert sum(name.endswith("/metrics.json") for name in uninterrupted.reference.files) == 36
+
+    # One FINISHED MLflow run per configuration, on the server (no local store), with its
+    # per-round metrics and its files, sent from inside the batch jobs.
+    check_mlflow(server, cfgs)
+    assert not (root / "mlflow.db").exists()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=server.uri)
+    by_key = {r.data.tags["fedskew.run_id"]: r for r in server.runs(EXPERIMENT)}
+    for cfg in (cfgs[0], cfgs[-1]):
+        run_ = by_key[cfg.run_id]
+        steps = [m.step for m in client.get_metric_history(run_.info.run_id, "accuracy/test_acc")]
+        assert steps == list(range(1, cfg.training["rounds"] + 1))
+        assert {"config.yaml", "history.csv", "metrics.json"} <= {a.path for a in client.list_artifacts(
+            run_.info.run_id)}
+        assert run_.data.tags["fedskew.threads"] == "1"
+        # The batch job trained under the CPU kernels' pin, as a local run does (python -m fedskew sets it).
+        assert (run_.data.tags["fedskew.provenance.cpu_kernels"], run_.data.tags["fedskew.provenance.cpu_capability"],
+                run_.data.tags["fedskew.provenance.torch_mkldnn"]) == ("portable", "AVX2", "False")
+
+    # DVC: record the outputs without re-running, push them to the remote, pull into a fresh clone.
+    with timings.part("dvc commit, dvc push, git clone and dvc pull"):
+        for cmd in ([harness.venv_bin("dvc"), "commit", "-f", "-q"], ["git", "add", "-A"],
+                    ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"],
+                    [harness.venv_bin("dvc"), "push", "-q"]):
+            harness.must(harness.run(cmd, root, plain, timeout=900))
+        clone = uninterrupted.folder / "clone"
+        harness.must(harness.run(["git", "clone", "-q", str(root), str(clone)], uninterrupted.folder, plain))
+        assert not (clone / "results" / "runs").exists()  # git holds none of them
+        harness.must(harness.run([harness.venv_bin("dvc"), "pull", "-q"], clone, harness.project_env(clone),
+                                 timeout=900))
+    tracked = ("data/raw", "data/partitions", "results/runs/default", "results/checkpoints/default")
+    pushed = harness.digests(root, tracked)
+    assert sum(name.endswith("/last.pt") for name in pushed) == len(cfgs)
+    assert harness.digests(clone, tracked) == pushed
+    status = harness.must(harness.run([harness.venv_bin("dvc"), "status", "-q"], clone,
+                                      harness.project_env(clone)))
+    assert status.returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +225,9 @@ class FaultRun:
                          **expected_tables(tmp_path, reference, self.params, self.cfgs)}
         self.cluster = cluster
         self.server = harness.MlflowServer(tmp_path / "mlflow").start()
-        self.env = harness.project_env(self.root, cluster, self.server.uri, **env)
+        # The fault projects have no git: their runs' provenance records the commit of the uninterrupted
+        # project (same code), as FEDSKEW_COMMIT says for a copy without .git, so run files compare byte for byte.
+        self.env = harness.project_env(self.root, cluster, self.server.uri, FEDSKEW_COMMIT=reference.commit, **env)
         self.args = harness.profile_args(cluster, self.root / harness.SLURM_PROFILE / "config.yaml")
         self.log = tmp_path / "snakemake.log"
         self.runs: list[harness.SnakemakeRun] = []
@@ -215,9 +255,9 @@ class FaultRun:
 
 
 @pytest.fixture
-def fault(tmp_path: Path, cluster: harness.Cluster, reference: Reference, request: pytest.FixtureRequest):
+def fault(tmp_path: Path, cluster: harness.Cluster, uninterrupted: SuiteRun, request: pytest.FixtureRequest):
     extra = getattr(request, "param", {})
-    made = FaultRun(tmp_path, cluster, reference, **extra)
+    made = FaultRun(tmp_path, cluster, uninterrupted.reference, **extra)
     try:
         yield made
     finally:
