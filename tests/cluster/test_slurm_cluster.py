@@ -4,8 +4,8 @@ DVC remote, then pulled into a second clone; and three faults on that path (a sc
 job, a node drained mid-run, the MLflow server stopped mid-suite), each ending with the results of
 an uninterrupted run and one FINISHED MLflow run per configuration.
 
-Root and Debian's packages (installed by the script where missing) are needed, and the whole
-module takes about MINUTES on 2 shared cores, so it is left out of `make test`:
+Root and Debian's packages (installed by the script where missing) are needed, and the cluster
+tests took 29 minutes on 2 cores under load (docs/cluster.md), so they are left out of `make test`:
 
     .venv/bin/python -m pytest -m cluster tests/cluster
 
