@@ -1,6 +1,7 @@
 """The cluster profiles (workflow/profiles/slurm, workflow/profiles/kubernetes) and the job image (Dockerfile).
 
 Offline: nothing here reaches a cluster, a bucket or a registry, and nothing builds the image.
+The SLURM profile also runs for real, on a one-node SLURM, in tests/cluster/ (`pytest -m cluster`).
 
 What runs where:
 - SLURM: snakemake-executor-plugin-slurm is in the environment, so `snakemake -n --profile
@@ -129,6 +130,16 @@ def test_profile_names_only_rules_of_the_workflow(profile):
         for name in ("mem_mb", "runtime", "disk_mb"):
             if name in resources:
                 assert isinstance(resources[name], int) and resources[name] > 0, (profile.name, name)
+
+
+def test_slurm_profile_leaves_training_threads_to_params():
+    """A training job's thread count changes its numbers in the last bits, so the SLURM profile must not
+    override the `training.<suite>.threads` that a local run uses: cluster and local results are equal."""
+    config = load(SLURM)
+    training_rules = {"train"} | {f"train_seeds_{suite}" for suite in yaml.safe_load(
+        (REPO / "params.yaml").read_text())["suites"]}
+    assert not training_rules & set(config["set-threads"]), config["set-threads"]
+    assert not any("threads" in str(resources) for resources in config["set-resources"].values())
 
 
 @pytest.mark.slow
