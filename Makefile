@@ -1,6 +1,6 @@
 # The two set-up commands of the README (run, test), and the everyday ones. Each builds (or reuses)
 # the environment first.
-.PHONY: env run verify test reproduce report ui
+.PHONY: env run verify test cluster-test reproduce report ui
 
 SUITE ?= default
 
@@ -18,9 +18,15 @@ run: env
 verify: env
 	.venv/bin/python -m fedskew verify --suite $(SUITE)
 
-# The whole test suite (unit + integration), on offline data.
+# The whole test suite (unit + integration), on offline data. pyproject's addopts leave out the soak
+# and cluster tests.
 test: env
 	.venv/bin/python -m pytest
+
+# The cluster path for real (docs/cluster.md): a one-node SLURM, an MLflow server and a DVC remote on
+# this machine, the default suite end to end and three faults. Root; installs Debian's SLURM packages.
+cluster-test: env
+	.venv/bin/python -m pytest -m cluster tests/cluster
 
 # The papers' tables beside ours and the claims ledger (results/papers/, results/claims.md): trains the
 # suites under reproduce.suites in params.yaml (about 2 hours on 2 cores; every other cell reads "not run").

@@ -295,6 +295,30 @@ def _dataset_input(dataset: dict[str, str]) -> Any:
                               InputTag("fedskew.partition", dataset.get("partition", ""))])
 
 
+DATASET_LOG_TRIES = 3
+
+
+def _log_dataset(client: Any, run_id: str, dataset_input: Any) -> None:
+    """Link a run to its dataset, retrying a clash with another job's insert of the same dataset.
+
+    An MLflow server (3.17, SQLAlchemy store) looks the dataset up, then inserts it when missing, in
+    one transaction: two jobs of an experiment that start together both miss it, and the later insert
+    fails on the store's unique key (experiment, name, digest) with BAD_REQUEST. Seen on the one-node
+    SLURM cluster (tests/cluster). The failed transaction leaves nothing behind, and a retry finds
+    the other job's row and links it, so retrying is safe; a local store never clashes, since its
+    writers take the store's file lock. Bounded: DATASET_LOG_TRIES attempts."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(1, DATASET_LOG_TRIES + 1):
+        try:
+            client.log_inputs(run_id, datasets=[dataset_input])
+            return
+        except MlflowException:
+            if attempt == DATASET_LOG_TRIES:
+                raise
+            time.sleep(0.2 * attempt)
+
+
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -417,7 +441,7 @@ class LiveRun:
                 client.log_batch(self.run_id, tags=batch)
             logged = run.inputs.dataset_inputs if run.inputs is not None else []
             if self.dataset and not logged:  # once: a continued run has it already
-                client.log_inputs(self.run_id, datasets=[_dataset_input(self.dataset)])
+                _log_dataset(client, self.run_id, _dataset_input(self.dataset))
 
     def add_rows(self, rows: list[dict]) -> None:
         """Buffer history rows to be sent with the next flush."""

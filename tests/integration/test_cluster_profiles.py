@@ -1,6 +1,7 @@
 """The cluster profiles (workflow/profiles/slurm, workflow/profiles/kubernetes) and the job image (Dockerfile).
 
 Offline: nothing here reaches a cluster, a bucket or a registry, and nothing builds the image.
+The SLURM profile also runs for real, on a one-node SLURM, in tests/cluster/ (`pytest -m cluster`).
 
 What runs where:
 - SLURM: snakemake-executor-plugin-slurm is in the environment, so `snakemake -n --profile
@@ -131,6 +132,18 @@ def test_profile_names_only_rules_of_the_workflow(profile):
                 assert isinstance(resources[name], int) and resources[name] > 0, (profile.name, name)
 
 
+@pytest.mark.parametrize("profile", [SLURM, KUBERNETES], ids=["slurm", "kubernetes"])
+def test_profiles_leave_training_threads_to_params(profile):
+    """A training job's thread count changes its numbers in the last bits (and the run id leaves it out),
+    so no cluster profile may override the `training.<suite>.threads` that a local run uses: cluster and
+    local results are equal."""
+    config = load(profile)
+    training_rules = {"train"} | {f"train_seeds_{suite}" for suite in yaml.safe_load(
+        (REPO / "params.yaml").read_text())["suites"]}
+    assert not training_rules & set(config["set-threads"]), config["set-threads"]
+    assert not any("threads" in str(resources) for resources in config["set-resources"].values())
+
+
 @pytest.mark.slow
 def test_profile_options_are_snakemake_options():
     help_text = snakemake(["--help"], REPO).stdout
@@ -217,7 +230,6 @@ def test_kubernetes_profile_links_agree_with_the_bucket_and_the_volume():
 
     train = config["set-resources"]["train"]
     assert train["gpu"] >= 1 and train["gpu_manufacturer"] in ("nvidia", "amd")  # the plugin needs both
-    assert config["set-threads"]["train"] >= 1
 
 
 def test_kubernetes_plugins_are_pinned_beside_the_lock():

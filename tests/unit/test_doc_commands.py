@@ -21,7 +21,7 @@ SHELL_FENCES = ("bash", "sh", "shell")
 INLINE_PREFIXES = ("make ", "python -m fedskew ", "snakemake ", ".venv/bin/python ", "bash scripts/")
 # Other programs the docs use, with the subcommands they may name (None: any).
 EXTERNAL = {"dvc": {"repro", "status", "push", "pull", "commit", "remote", "metrics", "plots", "dag", "init"},
-            "mlflow": {"ui", "server"}, "apt-get": {"install", "update"}, "git": None, "source": None,
+            "mlflow": {"ui", "server"}, "apt-get": {"install", "update"}, "git": None, "cd": None, "source": None,
             "export": None, "pip": None, "docker": None, "kubectl": None, "sbatch": None, "squeue": None,
             "sacct": None, "sinfo": None, "scancel": None, "scontrol": None, "qemu-x86_64": None}
 
@@ -129,8 +129,8 @@ def _snakemake_problems(args: list[str]) -> list[str]:
             problems.append(f"--profile {value}: no such profile folder")
     options_with_values = {"--cores", "--profile", "--report", "-j", "--jobs", "--forcerun", "--until"}
     for previous, word in zip(["", *args], args):
-        if word.startswith("-") or previous in options_with_values:
-            continue
+        if word.startswith("-") or previous in options_with_values or "=" in word:
+            continue  # an option, its value, or a key=value pair (--default-resources, --config)
         if "/" not in word and "." not in word and word not in snakemake_rules():
             problems.append(f"snakemake {word}: no such rule")
     return problems

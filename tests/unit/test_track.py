@@ -292,3 +292,33 @@ def test_ui_links_open_each_suite_on_its_runs_table(tmp_path: Path, migrated_sto
     assert ui_links(uri, "http://127.0.0.1:5000") == [
         f"fedskew/{suite}: http://127.0.0.1:5000/#/experiments/{ids['fedskew/' + suite]}/runs"
         "?workflowType=machine_learning" for suite in ("default", "methods")]
+
+
+class _ClashingClient:
+    """log_inputs fails `clashes` times as an MLflow server does when another job inserted the same dataset."""
+
+    def __init__(self, clashes: int) -> None:
+        self.clashes, self.calls = clashes, 0
+
+    def log_inputs(self, run_id, datasets):
+        from mlflow.exceptions import MlflowException
+
+        self.calls += 1
+        if self.calls <= self.clashes:
+            raise MlflowException("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets.name")
+
+
+def test_a_dataset_clash_with_another_job_is_retried(monkeypatch):
+    from fedskew import track
+
+    monkeypatch.setattr(track.time, "sleep", lambda s: None)
+    client = _ClashingClient(clashes=1)
+    track._log_dataset(client, "run", object())
+    assert client.calls == 2  # the retry finds the other job's dataset and links it
+
+    from mlflow.exceptions import MlflowException
+
+    stubborn = _ClashingClient(clashes=10)
+    with pytest.raises(MlflowException):
+        track._log_dataset(stubborn, "run", object())
+    assert stubborn.calls == track.DATASET_LOG_TRIES  # bounded
