@@ -46,6 +46,7 @@ MAX_TAG_VALUE_LEN = 8000  # MLflow's limit on a tag value
 # it is about training models: this tag makes `mlflow ui` open on the runs table.
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 DATASET_DIGEST_LEN = 16  # MLflow keeps at most 36 characters of a dataset digest; the full sha256 is a run tag
+DATASET_LOG_TRIES = 3  # attempts to link a run to its dataset (see _log_dataset)
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 TRUNCATION_MARKER = "...[truncated]"
@@ -293,9 +294,6 @@ def _dataset_input(dataset: dict[str, str]) -> Any:
                                 source_type="local", source=source),
                         tags=[InputTag("mlflow.data.context", "training"),
                               InputTag("fedskew.partition", dataset.get("partition", ""))])
-
-
-DATASET_LOG_TRIES = 3
 
 
 def _log_dataset(client: Any, run_id: str, dataset_input: Any) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,8 @@ import yaml
 
 from fedskew import paths
 from fedskew.config import load_params
-from tests.conftest import REPO, venv_bin
+from tests.cluster.harness import MlflowServer
+from tests.conftest import REPO
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -34,31 +34,10 @@ KILL_ROUNDS = 300  # long enough that the kill lands mid-run
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    """A real tracking server on a free loopback port, with its own SQLite store."""
-    folder = tmp_path_factory.mktemp("server")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([venv_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-                               "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
-                               "--artifacts-destination", str(folder / "artifacts")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=1):
-                break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                os.killpg(server.pid, signal.SIGKILL)
-                pytest.fail("mlflow server did not start")
-            time.sleep(0.3)
-    yield uri
-    os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=30)
+    """A real tracking server on a free loopback port, with its own SQLite store (the cluster tests' one)."""
+    server = MlflowServer(tmp_path_factory.mktemp("server")).start(timeout_s=90)
+    yield server.uri
+    server.stop()
 
 
 @pytest.fixture(params=["sqlite", "server"])
