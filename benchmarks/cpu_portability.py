@@ -4,9 +4,15 @@ The same computation runs on this machine's CPU and under `qemu-x86_64 -cpu <mod
 qemu-user: it runs this machine's Python and torch, emulating the chosen CPU's instructions and what
 its CPUID reports), once with FEDSKEW_CPU_KERNELS=portable and once with =native:
 
-- `steps`: 20 SGD steps of the digits CNN and of the MLP on a fixed batch, then a forward pass;
+- `steps`: 20 SGD steps on a fixed batch, then a forward pass, of the digits CNN, the digits MLP,
+  FL-FCR's MLP on MNIST-sized inputs (784 → 512 → 256 → 128 → 64 → 10) and the split digits CNN
+  (client part to the cut, server part after it, the activations' gradient sent back, as a split
+  method trains);
 - `train`: the first `--rounds` rounds of the default suite's FedAvg on digits Q(2), seed 2, with the
   engine, its evaluation included.
+
+`--recipe` puts every model on that portable recipe (fedskew.cpu_pin.RECIPES; default: the newest),
+whether or not the model is on it in the project yet (cpu_pin.RECIPE_1_MODELS).
 
 Each prints a digest of the bits (parameters and outputs, or the whole history). Under `portable`
 every digest of a row must be the same; under `native` they may differ, and on this machine's CPU
@@ -15,7 +21,7 @@ row takes minutes per model. Default models: Intel Haswell (AVX2, no AVX-512), I
 Skylake-Server (AVX-512), AMD EPYC-Rome (AVX2, an AMD CPUID, which MKL treats apart).
 
     PYTHONPATH=src .venv/bin/python benchmarks/cpu_portability.py [--cpus Haswell-v4 EPYC-Rome] \\
-        [--checks steps train] [--kernels portable native] [--rounds 3]
+        [--checks steps train] [--kernels portable native] [--rounds 3] [--recipe 2]
 """
 
 from __future__ import annotations
@@ -41,29 +47,50 @@ def _digest(*chunks: bytes) -> str:
     return digest.hexdigest()[:12]
 
 
+def _sgd_steps(model, x, y, view=None) -> None:
+    """20 SGD steps on the first 32 rows; with a split `view`, as a split method trains: the client's part
+    to the cut, its activations sent to the server's part, their gradient sent back."""
+    import torch.nn.functional as F
+
+    from fedskew.sgd import SGD
+
+    optimiser = SGD(model.parameters(), lr=0.05)
+    for _ in range(20):
+        optimiser.zero_grad()
+        if view is None:
+            F.cross_entropy(model(x[:32]), y[:32]).backward()
+        else:
+            activations = view.client(x[:32])
+            sent = activations.detach().requires_grad_(True)
+            F.cross_entropy(view.server(sent), y[:32]).backward()  # the server's part, and ∂activations
+            activations.backward(sent.grad)                           # the client's part
+        optimiser.step()
+
+
 def steps_check() -> str:
     import torch
 
     from fedskew.catalog import dataset_info
+    from fedskew.data.registry import DatasetInfo
     from fedskew.models import build_model
-    from fedskew.sgd import SGD
+    from fedskew.models.split import split_model
 
     torch.set_num_threads(1)
+    digits = dataset_info({"source": "digits", "test_fraction": 0.2, "seed": 0})
+    mnist_vectors = DatasetInfo((784,), 10, False, False)
     digests = []
-    for name in ("cnn", "mlp"):
+    for label, name, info in (("cnn", "cnn", digits), ("mlp", "mlp", digits),
+                              ("flfcr_mlp", "flfcr_mlp", mnist_vectors), ("split cnn", "cnn", digits)):
         torch.manual_seed(0)
-        model = build_model(name, dataset_info({"source": "digits", "test_fraction": 0.2, "seed": 0}))
-        optimiser = SGD(model.parameters(), lr=0.05)
+        model = build_model(name, info)
         generator = torch.Generator().manual_seed(1)
-        x, y = torch.randn(64, 1, 8, 8, generator=generator), torch.randint(0, 10, (64,), generator=generator)
-        for _ in range(20):
-            optimiser.zero_grad()
-            torch.nn.functional.cross_entropy(model(x[:32]), y[:32]).backward()
-            optimiser.step()
+        x, y = torch.randn(64, *info.input_shape, generator=generator), torch.randint(0, 10, (64,), generator=generator)
+        view = split_model(model, model.default_split) if label.startswith("split") else None
+        _sgd_steps(model, x, y, view)
         with torch.no_grad():
             out = model(x).softmax(-1)
-        digests.append(f"{name} " + _digest(*(p.detach().numpy().tobytes() for p in model.state_dict().values()),
-                                            out.numpy().tobytes()))
+        digests.append(f"{label} " + _digest(*(p.detach().numpy().tobytes() for p in model.state_dict().values()),
+                                             out.numpy().tobytes()))
     return ", ".join(digests)
 
 
@@ -91,23 +118,25 @@ def train_check(rounds: int) -> str:
             f"test loss {result.history[-1]['test_loss']!r}")
 
 
-def child(check: str, rounds: int) -> None:
+def child(check: str, rounds: int, recipe: int) -> None:
     from fedskew import cpu_pin
 
     cpu_pin.apply()  # as `python -m fedskew` does, before torch computes anything
     import torch
+
+    cpu_pin.kernel_recipe = lambda model: 1 if model == "logreg" else recipe
 
     cpu_pin.configure_torch()
     text = steps_check() if check == "steps" else train_check(rounds)
     print(json.dumps({"capability": str(torch.backends.cpu.get_cpu_capability()), "result": text}))
 
 
-def measure(cpu: str, check: str, kernels: str, rounds: int) -> dict:
+def measure(cpu: str, check: str, kernels: str, rounds: int, recipe: int) -> dict:
     env = {**os.environ, "FEDSKEW_CPU_KERNELS": kernels, "FEDSKEW_TRACKING": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     for name in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
         env.pop(name, None)  # the child decides, from FEDSKEW_CPU_KERNELS alone
-    command = [sys.executable, __file__, "--child", check, "--rounds", str(rounds)]
+    command = [sys.executable, __file__, "--child", check, "--rounds", str(rounds), "--recipe", str(recipe)]
     if cpu != HOST:
         command = ["qemu-x86_64", "-cpu", cpu, *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -123,19 +152,25 @@ def main() -> None:
     parser.add_argument("--checks", nargs="+", default=["steps", "train"], choices=["steps", "train"])
     parser.add_argument("--kernels", nargs="+", default=["portable", "native"], choices=["portable", "native"])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--recipe", type=int, default=None, help="the portable recipe for every model but logreg "
+                                                                   "(default: the newest, fedskew.cpu_pin.RECIPE)")
     parser.add_argument("--child", choices=["steps", "train"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.recipe is None:
+        from fedskew.cpu_pin import RECIPE
+
+        args.recipe = RECIPE
     if args.child:
-        child(args.child, args.rounds)
+        child(args.child, args.rounds, args.recipe)
         return
     if shutil.which("qemu-x86_64") is None:
         sys.exit("qemu-x86_64 is missing: `apt-get install qemu-user` (Debian), or pass --cpus with no model")
     from fedskew.provenance import cpu_model
 
-    print(f"this machine: {cpu_model()}")
+    print(f"this machine: {cpu_model()}; portable recipe {args.recipe} for every model but logreg")
     for check in args.checks:
         for kernels in args.kernels:
-            results = {cpu: measure(cpu, check, kernels, args.rounds) for cpu in [HOST, *args.cpus]}
+            results = {cpu: measure(cpu, check, kernels, args.rounds, args.recipe) for cpu in [HOST, *args.cpus]}
             same = len({r["result"] for r in results.values()}) == 1
             print(f"{check} / {kernels}: {'identical on every CPU' if same else 'DIFFERENT between CPUs'}")
             for cpu, got in results.items():

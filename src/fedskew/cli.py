@@ -214,7 +214,8 @@ def _train_run(cfg: RunConfig, args: argparse.Namespace, worker) -> None:
     # What computed the run (device, CPU model and kernels, library versions, commit), asked once it has trained:
     # in metrics.json and as MLflow tags, so that a number that differs between machines names the machine.
     def provenance() -> dict[str, str]:
-        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"))
+        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),
+                              cfg.training["model"])
 
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from fedskew import paths
+from fedskew import cpu_pin, paths
 from fedskew.catalog import (
     DATASET_DEFAULTS,
     HYPERPARAMETERS,
@@ -214,12 +214,17 @@ class RunConfig:
         EXECUTION_SETTINGS: `training.threads`, which a cluster profile may override (the
         count actually used is recorded with the run in MLflow), and
         `training.on_divergence`, which only decides how a diverged run is reported.
+        Added: the version of the portable CPU kernels' recipe for the run's model
+        (fedskew.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained.
         """
         content = {k: v for k, v in self.to_dict().items() if k != "suite"}
         content["training"] = {k: v for k, v in self.training.items()
                                if k not in EXECUTION_SETTINGS and LATER_TRAINING_OPTIONS.get(k, object()) != v}
         content["method_spec"] = {k: v for k, v in self.method_spec.items()
                                   if LATER_OPTIONS.get(k, object()) != v}
+        recipe = cpu_pin.kernel_recipe(self.training["model"])
+        if recipe != 1:  # runs published before recipes had versions were computed under recipe 1
+            content["cpu_kernel_recipe"] = recipe
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
     @property

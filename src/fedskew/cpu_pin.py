@@ -11,15 +11,25 @@ other bits on an AMD CPU than on Intel ones (QEMU's EPYC-Rome model against Hasw
 benchmarks/README.md). So fedskew takes, for CPU work, only kernels whose arithmetic is fixed by
 the instruction set:
 
+- the matrix products of the models' layers (Linear forward and backward, Conv2d as unfold and one
+  GEMM, the closed-form dense step) through numpy's OpenBLAS at its Haswell kernels
+  (`OPENBLAS_CORETYPE=Haswell`) on one thread (`fedskew.gemm`): AVX2 and FMA code with one blocking,
+  whose bits do not depend on the CPU (measured under QEMU's Intel and AMD models and on an AMD Zen 4)
+  but do depend on OpenBLAS's thread count, which the recipe therefore fixes at one;
 - ATen's own kernels at AVX2 (`ATEN_CPU_CAPABILITY=avx2`): compiled code, the same on every CPU
   with AVX2 (Intel since 2013, AMD since 2015);
 - MKL's `COMPATIBLE` conditional-numerical-reproducibility branch (`MKL_CBWR=COMPATIBLE`): SSE2
   code that every x86-64 CPU runs, which gave the same bits on the emulated AMD CPU where MKL's
-  AVX2 branch did not;
+  AVX2 branch did not. It is three times slower than AVX2 code, so it keeps only the products that
+  nothing else reaches: the models on recipe 1 (`RECIPE_1_MODELS`), products under `torch.func` transforms (vmap), and the autograd dense path of vectorised
+  rounds;
 - no oneDNN and no NNPACK for CPU training (`configure_torch`): convolutions then run as ATen's
   im2col and MKL's matrix products;
-- numpy's OpenBLAS at its Haswell kernels (`OPENBLAS_CORETYPE=Haswell`), for the data generated
-  with numpy (Synthetic(λ, μ)); oneDNN, where anything still reaches it, at AVX2.
+- the same OpenBLAS for the data generated with numpy (Synthetic(λ, μ)); oneDNN, where anything
+  still reaches it, at AVX2.
+
+The recipe has a version (`RECIPES`): a run's id covers the recipe its model runs under
+(`kernel_recipe`), so that a run computed under an older recipe is retrained, never reused.
 
 `FEDSKEW_CPU_KERNELS` chooses: `portable` (the default) applies all of this; `native` leaves the
 libraries to choose (about twice as fast for the CNNs here, benchmarks/cpu_kernels.py; but CPU
@@ -40,6 +50,29 @@ ENV_VAR = "FEDSKEW_CPU_KERNELS"
 CHOICES = ("portable", "native")
 PIN_VARIABLES = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2",
                  "OPENBLAS_CORETYPE": "Haswell"}
+
+
+# The portable recipes, by version. A model's runs carry the version they were computed under in
+# their run id (fedskew.config.RunConfig.run_id), except version 1, which runs published before
+# versions existed were computed under.
+RECIPES = {
+    1: "MKL COMPATIBLE for every matrix product",
+    2: "the layers' matrix products through numpy's OpenBLAS (Haswell kernels, one thread); MKL COMPATIBLE for the rest",
+}
+RECIPE = 2
+# Models whose products stay on recipe 1:
+# - logreg: its products are batch × features × classes (10 × 60 × 10 on Synthetic), where a call
+#   into numpy costs more than the product, and recipe 1 already runs it at native speed
+#   (benchmarks/cpu_kernels.py);
+# - cnn: the digits CNN of the committed default, methods and split suites. It moves to recipe 2
+#   together with the rebuild of those suites' tables, in one go, so that until then every committed
+#   number still rebuilds byte for byte from params.yaml (recipe 2 gives it other bits).
+RECIPE_1_MODELS = frozenset({"logreg", "cnn"})
+
+
+def kernel_recipe(model: str) -> int:
+    """The version of the portable recipe that computes `model`'s CPU runs."""
+    return 1 if model in RECIPE_1_MODELS else RECIPE
 
 
 class CpuPinError(ValueError):

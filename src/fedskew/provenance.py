@@ -54,12 +54,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_provenance(device: str, precision: str) -> dict[str, str]:
-    """What computed a run on `device` ("cpu", "cuda", "cuda:1") in `precision`: every value a string.
-    Written into every run's metrics.json (`provenance`) and logged as `fedskew.provenance.*` tags."""
+def run_provenance(device: str, precision: str, model: str | None = None) -> dict[str, str]:
+    """What computed a run of `model` on `device` ("cpu", "cuda", "cuda:1") in `precision`: every value a
+    string. Written into every run's metrics.json (`provenance`) and logged as `fedskew.provenance.*` tags."""
     import torch
 
-    from fedskew import cpu_pin
+    from fedskew import cpu_pin, gemm
 
     on_gpu = device.startswith("cuda")
     return {
@@ -74,4 +74,7 @@ def run_provenance(device: str, precision: str) -> dict[str, str]:
         "code_sha256": code_sha256(),
         "python": platform.python_version(),
         **cpu_pin.describe(),  # the CPU kernels' instruction set: what makes CPU results portable
+        **gemm.describe(),  # numpy's BLAS, which computes the layers' products under the portable kernels
+        **({"cpu_kernel_recipe": f"{cpu_pin.kernel_recipe(model)}: {cpu_pin.RECIPES[cpu_pin.kernel_recipe(model)]}"}
+           if model else {}),
     }

@@ -28,6 +28,8 @@ agree to round-off (tests/unit/test_vectorised.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,12 +44,16 @@ def supports_closed_form(steps: list) -> bool:
     return all(not isinstance(step, nn.Module) or isinstance(step, (nn.ReLU, *_PASS_THROUGH)) for step in steps)
 
 
-def dense_step_forward(step: nn.Module | tuple, params: list[torch.Tensor], h: torch.Tensor) -> torch.Tensor:
+def dense_step_forward(step: nn.Module | tuple, params: list[torch.Tensor], h: torch.Tensor,
+                       bmm: Callable | None = None) -> torch.Tensor:
     """One step of a dense chain on activations [C, features, B]: a linear layer's batched
     `baddbmm(b, W, h)` (W [C, out, in]) or an elementwise module. The vectorised dense forward's
-    layer and this module's forward."""
+    layer and this module's forward; `bmm`, when given, computes the product (then the bias is added)."""
     if isinstance(step, nn.Module):
         return step(h)
+    if bmm is not None:
+        product = bmm(params[step[0]], h)
+        return product if step[1] is None else product.add_(params[step[1]].unsqueeze(2))
     if step[1] is None:
         return torch.bmm(params[step[0]], h)
     return torch.baddbmm(params[step[1]].unsqueeze(2), params[step[0]], h)
@@ -64,13 +70,14 @@ def one_hot_targets(labels: torch.Tensor, weights: torch.Tensor, num_classes: in
 
 
 def closed_form_step(steps: list, params: list[torch.Tensor], inputs: torch.Tensor, labels: torch.Tensor,
-                     weights: torch.Tensor, targets: torch.Tensor, adjustment: LogitAdjustment
-                     ) -> tuple[list[torch.Tensor | None], torch.Tensor]:
+                     weights: torch.Tensor, targets: torch.Tensor, adjustment: LogitAdjustment,
+                     bmm: Callable = torch.bmm) -> tuple[list[torch.Tensor | None], torch.Tensor]:
     """Each client's gradients of its mean loss (in the order of `params`) and its mean loss.
 
     `steps` the body's and the head's dense steps in order; `params` stacked [C, ...];
     `inputs` [C, B, ...]; `labels` [C, B] (IGNORE_INDEX on padded rows); `weights` [C, B];
-    `targets` their `one_hot_targets`, [C, K, B]; `adjustment` per client and class, [C, K].
+    `targets` their `one_hot_targets`, [C, K, B]; `adjustment` per client and class, [C, K];
+    `bmm` the batched product (fedskew.gemm.bmm for a model of portable layers, else torch's).
     """
     clients, batch = labels.shape
     h = inputs.reshape(clients, batch, -1).transpose(1, 2)  # [C, features, B]
@@ -79,7 +86,7 @@ def closed_form_step(steps: list, params: list[torch.Tensor], inputs: torch.Tens
         step_inputs.append(h)
         if first_linear is None and not isinstance(step, nn.Module):
             first_linear = position
-        h = dense_step_forward(step, params, h)
+        h = dense_step_forward(step, params, h, None if bmm is torch.bmm else bmm)
 
     # h: the logits, [C, K, B]; the loss as F.cross_entropy computes it (padded rows: 0)
     log_p = torch.log_softmax(adjustment.apply(h, classes_last=False), dim=1)
@@ -97,9 +104,9 @@ def closed_form_step(steps: list, params: list[torch.Tensor], inputs: torch.Tens
             continue
         else:
             weight, bias = step
-            grads[weight] = torch.bmm(g, step_input.transpose(1, 2))
+            grads[weight] = bmm(g, step_input.transpose(1, 2))
             if bias is not None:
                 grads[bias] = g.sum(dim=2)
             if position > first_linear:  # the first layer's input needs no gradient
-                g = torch.bmm(params[weight].transpose(1, 2), g)
+                g = bmm(params[weight].transpose(1, 2), g)
     return grads, losses

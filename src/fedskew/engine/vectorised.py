@@ -53,6 +53,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from fedskew import gemm
 from fedskew.engine.closed_form import (
     closed_form_step,
     dense_step_forward,
@@ -430,6 +431,7 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
     closed_form = closed_form_steps is not None
     if closed_form:
         adjustment = algorithm.batched_logit_adjustment(counts, params[0].dtype).to(x.device)
+        product = gemm.bmm if gemm.uses_portable_layers(model) else torch.bmm  # the model's kernel recipe
     else:
         batched_forward = _dense_forward(model, names) or _vmapped_forward(model, names, dropouts)
         objective = _batched_objective(algorithm) if _has_batched_loss(algorithm) else _vmapped_objective(algorithm)
@@ -459,7 +461,7 @@ def train_clients_vectorised(algorithm: FederatedAlgorithm, model: nn.Module, gl
         if closed_form:
             live = params_now
             grads, losses = closed_form_step(closed_form_steps, params_now, inputs, labels_all[batch],
-                                             weights_all[batch], block_targets[in_block], adjustment_now)
+                                             weights_all[batch], block_targets[in_block], adjustment_now, product)
         else:
             live = [p.detach().requires_grad_(True) for p in params_now]
             masks = _step_masks(plan, generators[:active], real_rows[batch], batch_size, x.device) if plan else []

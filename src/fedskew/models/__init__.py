@@ -17,7 +17,9 @@ from math import prod
 
 from torch import nn
 
+from fedskew import cpu_pin
 from fedskew.data.registry import DatasetInfo
+from fedskew.gemm import portable_layers
 from fedskew.models.dropout import Dropout
 from fedskew.models.mobilenet import mobilenetv2
 from fedskew.models.net import InputNeeds, SplittableNet
@@ -165,7 +167,10 @@ def example_info(name: str, num_classes: int = 10) -> DatasetInfo:
 
 
 def build_model(name: str, info: DatasetInfo) -> SplittableNet:
+    """Model `name` for a dataset like `info`. Its Linear and Conv2d layers compute their CPU products
+    under the portable kernels' recipe for this model (fedskew.cpu_pin.kernel_recipe, fedskew.gemm)."""
     problem = incompatibility(name, info)
     if problem:
         raise ValueError(problem)
-    return MODELS[name](info)
+    model = MODELS[name](info)
+    return portable_layers(model) if cpu_pin.kernel_recipe(name) >= 2 else model

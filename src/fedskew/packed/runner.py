@@ -132,7 +132,8 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
         return RunEvent(kind, cfg.run_id, run_dir, worker, done, last_round, time.time() - started, flops, **extra)
 
     def provenance() -> dict[str, str]:  # asked once the run has trained: the kernels it trained with
-        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"))
+        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),
+                              cfg.training["model"])
 
     try:
         result = run_training(cfg, threads=threads, should_stop=should_stop)

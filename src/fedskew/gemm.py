@@ -1,0 +1,235 @@
+"""The models' matrix products through one GEMM whose arithmetic the instruction set fixes.
+
+Under the portable CPU kernels (fedskew.cpu_pin, recipe 2) every Linear and Conv2d layer of a model
+computes its products, forward and backward, with numpy's OpenBLAS: the library is forced to its
+Haswell kernels (AVX2 and FMA, one blocking) and to one thread. That gives the same bits on every
+x86-64 CPU with AVX2 (benchmarks/cpu_portability.py) at AVX2 speed: about three times MKL's
+`COMPATIBLE` branch, which the recipe used before (benchmarks/cpu_kernels.py). Tensors and numpy
+arrays share their memory, so a product costs no copy.
+
+- Linear: y = x Wᵀ + b; backward ∂x = g W, ∂W = gᵀ x, ∂b = Σ g.
+- Conv2d (one group, zero padding): every output pixel's receptive field as a row (a strided view
+  of the padded input, copied once), one product rows·Wᵀ for the whole batch; backward ∂W = gᵀ rows
+  and ∂rows = g W, added back onto the input pixels one kernel position at a time, ∂b = Σ g.
+- The closed-form dense step of vectorised rounds (fedskew.engine.closed_form) takes `bmm`.
+
+The sums (the bias gradient, the kernel positions' adds) are ATen's, at AVX2. OpenBLAS's thread count changes the
+bits of a product (measured: 1, 2, 4 and 8 threads give four answers), so the recipe fixes one
+thread; `training.threads` sets ATen's threads, as before.
+
+Where this does not reach, a layer computes as torch does (MKL `COMPATIBLE` under the pin): on a
+GPU, under `torch.func` transforms (vmap, functional gradients), for dtypes numpy lacks (bfloat16,
+float16), for grouped convolutions and other padding modes, and with `FEDSKEW_CPU_KERNELS=native`.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedskew import cpu_pin
+
+_NUMPY_DTYPES = (torch.float32, torch.float64)
+
+
+class GemmSetupError(RuntimeError):
+    """The portable kernels are asked for, but numpy's OpenBLAS is not at the kernels they need."""
+
+
+@cache
+def _openblas():
+    """numpy's own OpenBLAS, as threadpoolctl sees it (None when numpy uses another BLAS).
+
+    A process can hold several OpenBLAS libraries (scipy ships its own): the one that computes
+    np.matmul is the one inside numpy's package folder."""
+    from threadpoolctl import ThreadpoolController
+
+    numpy_folder = Path(np.__file__).resolve().parent
+    for library in ThreadpoolController().select(internal_api="openblas").lib_controllers:
+        folder = Path(library.filepath).resolve().parent
+        if folder == numpy_folder.parent / "numpy.libs" or folder == numpy_folder or numpy_folder in folder.parents:
+            return library
+    return None
+
+
+def describe() -> dict[str, str]:
+    """numpy's BLAS for a run's provenance: name, version, kernels and threads."""
+    library = _openblas()
+    if library is None:
+        return {"gemm_blas": "none (numpy has no OpenBLAS)"}
+    return {"gemm_blas": f"OpenBLAS {library.version}", "gemm_kernels": str(library.architecture),
+            "gemm_threads": str(library.num_threads)}
+
+
+@cache
+def enabled() -> bool:
+    """Whether the layers' CPU products go through OpenBLAS: the portable kernels are in force.
+
+    Checked once per process. Sets OpenBLAS to one thread. Raises GemmSetupError when OpenBLAS was
+    loaded before fedskew could pin it (numpy imported first), rather than computing other bits."""
+    if not cpu_pin.active():
+        return False
+    library = _openblas()
+    wanted = cpu_pin.PIN_VARIABLES["OPENBLAS_CORETYPE"]
+    if library is None or str(library.architecture).lower() != wanted.lower():
+        found = "no OpenBLAS" if library is None else f"OpenBLAS at its {library.architecture} kernels"
+        setting = os.environ.get("OPENBLAS_CORETYPE")
+        cause = (f"OPENBLAS_CORETYPE is set to {setting!r}; unset it" if setting and setting.lower() != wanted.lower()
+                 else "numpy was loaded before fedskew set OPENBLAS_CORETYPE; run fedskew through `python -m fedskew` "
+                      "or `fedskew`, or call fedskew.cpu_pin.apply() before importing numpy or torch")
+        raise GemmSetupError(
+            f"the portable CPU kernels need numpy's OpenBLAS at its {wanted} kernels, but numpy has {found}: "
+            f"{cause}; or set FEDSKEW_CPU_KERNELS=native (results that depend on the CPU model)")
+    library.set_num_threads(1)
+    return True
+
+
+def _reaches(*tensors: torch.Tensor | None) -> bool:
+    """Whether these tensors' product can go through OpenBLAS (see the module's docstring)."""
+    for t in tensors:
+        if t is None:
+            continue
+        if t.device.type != "cpu" or t.dtype not in _NUMPY_DTYPES or torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return False
+    dtypes = {t.dtype for t in tensors if t is not None}
+    return len(dtypes) == 1 and enabled()
+
+
+def _blasable(t: torch.Tensor) -> np.ndarray:
+    """A numpy view BLAS takes as it is: contiguous, or (2-D) a transposed contiguous matrix."""
+    t = t.detach()
+    if not (t.is_contiguous() or (t.dim() == 2 and t.t().is_contiguous())):
+        t = t.contiguous()
+    return t.numpy()
+
+
+def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b through OpenBLAS: 2-D, or stacked (numpy's matmul: one GEMM per matrix of the stack).
+    NaN and infinity pass through silently, as in torch: the engine reports a diverged run itself."""
+    with np.errstate(all="ignore"):
+        return torch.from_numpy(np.matmul(_blasable(a), _blasable(b)))
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.bmm's product, through OpenBLAS where it reaches (no autograd: the closed-form step)."""
+    return mm(a, b) if _reaches(a, b) else torch.bmm(a, b)
+
+
+class _LinearProduct(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        x2 = x.reshape(-1, x.shape[-1])
+        out = mm(x2, weight.t())
+        if bias is not None:
+            out += bias
+        ctx.save_for_backward(x2, weight)
+        ctx.has_bias = bias is not None
+        ctx.input_shape = x.shape
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x2, weight = ctx.saved_tensors
+        g = grad.reshape(-1, weight.shape[0])
+        grad_x = mm(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None
+        grad_weight = mm(g.t(), x2) if ctx.needs_input_grad[1] else None
+        grad_bias = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
+class _ConvProduct(torch.autograd.Function):
+    """A convolution as one product. The input, zero-padded, is laid out channels-last [N, H, W, C]; every
+    output pixel's receptive field is a row [kh·kw·C] of a strided view of it (copied once), and the
+    output is rows [N·H'·W', kh·kw·C] times the kernels [O, kh·kw·C] transposed: [N, H', W', O], returned
+    as a contiguous [N, O, H', W']."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding, dilation):
+        n, channels, height, width = x.shape
+        out_channels, _, kh, kw = weight.shape
+        out_h = (height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+        out_w = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+        padded = x.new_zeros((n, height + 2 * padding[0], width + 2 * padding[1], channels))
+        padded[:, padding[0]:padding[0] + height, padding[1]:padding[1] + width] = x.permute(0, 2, 3, 1)
+        s_n, s_h, s_w, _ = padded.stride()
+        fields = padded.as_strided((n, out_h, out_w, kh, kw, channels),
+                                   (s_n, s_h * stride[0], s_w * stride[1], s_h * dilation[0], s_w * dilation[1], 1))
+        rows = fields.reshape(n * out_h * out_w, -1)
+        kernels = weight.permute(0, 2, 3, 1).reshape(out_channels, -1)  # [O, kh·kw·C]
+        out = mm(rows, kernels.t())  # [N·H'·W', O]
+        if bias is not None:
+            out += bias
+        ctx.save_for_backward(rows, kernels)
+        ctx.has_bias = bias is not None
+        ctx.geometry = (x.shape, padded.shape, (kh, kw), stride, padding, dilation, (out_h, out_w))
+        # Contiguous [N, O, H', W'], as torch's convolution gives: downstream kernels (batch norm's
+        # sums) take their order from the layout, and a split model must compute what the whole one does.
+        return out.view(n, out_h, out_w, out_channels).permute(0, 3, 1, 2).contiguous()
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows, kernels = ctx.saved_tensors
+        input_shape, padded_shape, kernel, stride, padding, dilation, out_size = ctx.geometry
+        out_channels = kernels.shape[0]
+        g = grad.permute(0, 2, 3, 1).reshape(-1, out_channels)  # [N·H'·W', O]
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_rows = mm(g, kernels)  # [N·H'·W', kh·kw·C]
+            fields = grad_rows.view(input_shape[0], *out_size, *kernel, input_shape[1])
+            grad_padded = grad_rows.new_zeros(padded_shape)
+            # Each kernel position's gradients added onto the input pixels it read, in a fixed order.
+            for i in range(kernel[0]):
+                for j in range(kernel[1]):
+                    rows_i = slice(i * dilation[0], i * dilation[0] + stride[0] * (out_size[0] - 1) + 1, stride[0])
+                    cols_j = slice(j * dilation[1], j * dilation[1] + stride[1] * (out_size[1] - 1) + 1, stride[1])
+                    grad_padded[:, rows_i, cols_j] += fields[:, :, :, i, j]
+            grad_x = grad_padded[:, padding[0]:padding[0] + input_shape[2],
+                                 padding[1]:padding[1] + input_shape[3]].permute(0, 3, 1, 2).contiguous()
+        if ctx.needs_input_grad[1]:
+            grad_kernels = mm(g.t(), rows)  # one product over every output pixel: [O, kh·kw·C]
+            grad_weight = grad_kernels.view(out_channels, *kernel, input_shape[1]).permute(0, 3, 1, 2).contiguous()
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = g.sum(0)
+        return grad_x, grad_weight, grad_bias, None, None, None
+
+
+class PortableLinear(nn.Linear):
+    """nn.Linear whose CPU products go through OpenBLAS under the portable kernels (same parameters)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _reaches(x, self.weight, self.bias):
+            return _LinearProduct.apply(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+
+class PortableConv2d(nn.Conv2d):
+    """nn.Conv2d whose CPU products go through OpenBLAS under the portable kernels (same parameters)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        plain = self.groups == 1 and self.padding_mode == "zeros" and isinstance(self.padding, tuple)
+        if plain and x.dim() == 4 and _reaches(x, self.weight, self.bias):
+            return _ConvProduct.apply(x, self.weight, self.bias, self.stride, self.padding, self.dilation)
+        return super().forward(x)
+
+
+_PORTABLE = {nn.Linear: PortableLinear, nn.Conv2d: PortableConv2d}
+
+
+def portable_layers(model: nn.Module) -> nn.Module:
+    """Give `model`'s Linear and Conv2d layers the portable forward, in place: the same modules,
+    parameters and state-dict keys, only their class changes. Returns the model."""
+    for layer in model.modules():
+        portable = _PORTABLE.get(type(layer))
+        if portable is not None:
+            layer.__class__ = portable
+    return model
+
+
+def uses_portable_layers(model: nn.Module) -> bool:
+    return any(isinstance(layer, (PortableLinear, PortableConv2d)) for layer in model.modules())
