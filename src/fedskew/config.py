@@ -26,6 +26,7 @@ from fedskew import cpu_pin, paths
 from fedskew.catalog import (
     DATASET_DEFAULTS,
     HYPERPARAMETERS,
+    SGD_ONLY_ALGORITHMS,
     SPLIT_ALGORITHMS,
     SPLIT_POINTS,
     dataset_info,
@@ -55,9 +56,9 @@ EXECUTION_SETTINGS = ("threads", "on_divergence")
 # Method options added after results were published, with the behaviour those results had.
 # A run's id includes such an option only when it is set to something else.
 LATER_OPTIONS = {"missing_classes": "mask"}
-# The same for training settings: `execution` (vectorised clients) and `precision` came after the
-# published runs.
-LATER_TRAINING_OPTIONS = {"execution": "sequential", "precision": "fp32"}
+# The same for training settings: `execution` (vectorised clients), `precision` and `optimizer` came after
+# the published runs.
+LATER_TRAINING_OPTIONS = {"execution": "sequential", "precision": "fp32", "optimizer": "sgd"}
 PARTITION_DEFAULTS: dict[str, dict[str, Any]] = {"dirichlet": {"min_size": 10, "max_redraws": 1000}}
 
 
@@ -373,6 +374,15 @@ def _cross_checks(raw: dict) -> list[str]:
                 if resolved["split_point"] not in points:
                     problems.append(f"training.{name}: split_point {resolved['split_point']!r} is not a split point "
                                     f"of model {model!r}; known: {', '.join(points)}")
+            if resolved.get("optimizer") == "adam":
+                if resolved["momentum"] != 0:
+                    problems.append(f"training.{name}: momentum {resolved['momentum']} is SGD's; Adam's moments use "
+                                    "its own betas (0.9, 0.999): set momentum 0, or optimizer sgd")
+                for method in suite["methods"]:
+                    algorithm = raw.get("methods", {}).get(method, {"algorithm": method})["algorithm"]
+                    if algorithm in SGD_ONLY_ALGORITHMS:
+                        problems.append(f"training.{name}: optimizer adam, but method {method!r} "
+                                        f"{SGD_ONLY_ALGORITHMS[algorithm]}; train it with optimizer sgd")
             if resolved.get("precision") == "tf32" and resolved["device"] == "cpu":
                 problems.append(f"training.{name}: precision 'tf32' needs an NVIDIA GPU, but device is 'cpu'; use "
                                 "fp32 or bf16 on a CPU, or device cuda/auto")

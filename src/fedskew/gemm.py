@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from numpy.lib.stride_tricks import as_strided
 from torch import nn
 
 from fedskew import cpu_pin
@@ -109,11 +110,16 @@ def _blasable(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b through OpenBLAS: 2-D, or stacked (numpy's matmul: one GEMM per matrix of the stack).
-    NaN and infinity pass through silently, as in torch: the engine reports a diverged run itself."""
+def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b with numpy's OpenBLAS: every product of this module goes through here. NaN and infinity pass
+    through silently, as in torch: the engine reports a diverged run itself."""
     with np.errstate(all="ignore"):
-        return torch.from_numpy(np.matmul(_blasable(a), _blasable(b)))
+        return np.matmul(a, b)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b through OpenBLAS: 2-D, or stacked (numpy's matmul: one GEMM per matrix of the stack)."""
+    return torch.from_numpy(product(_blasable(a), _blasable(b)))
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -123,79 +129,94 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 class _LinearProduct(torch.autograd.Function):
     @staticmethod
+    @np.errstate(all="ignore")  # NaN and infinity pass through (see `product`)
     def forward(ctx, x, weight, bias):
         x2 = x.reshape(-1, x.shape[-1])
-        out = mm(x2, weight.t())
+        out = product(_blasable(x2), _blasable(weight).T)
         if bias is not None:
-            out += bias
+            out += bias.detach().numpy()
         ctx.save_for_backward(x2, weight)
         ctx.has_bias = bias is not None
         ctx.input_shape = x.shape
-        return out.reshape(*x.shape[:-1], weight.shape[0])
+        return torch.from_numpy(out).reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
+    @np.errstate(all="ignore")
     def backward(ctx, grad):
         x2, weight = ctx.saved_tensors
-        g = grad.reshape(-1, weight.shape[0])
-        grad_x = mm(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None
-        grad_weight = mm(g.t(), x2) if ctx.needs_input_grad[1] else None
-        grad_bias = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        g = _blasable(grad.reshape(-1, weight.shape[0]))
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.from_numpy(product(g, _blasable(weight))).reshape(ctx.input_shape)
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.from_numpy(product(g.T, _blasable(x2)))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = torch.from_numpy(g).sum(0)
         return grad_x, grad_weight, grad_bias
 
 
 class _ConvProduct(torch.autograd.Function):
-    """A convolution as one product. The input, zero-padded, is laid out channels-last [N, H, W, C]; every
-    output pixel's receptive field is a row [kh·kw·C] of a strided view of it (copied once), and the
-    output is rows [N·H'·W', kh·kw·C] times the kernels [O, kh·kw·C] transposed: [N, H', W', O], returned
-    as a contiguous [N, O, H', W']."""
+    """A convolution as one product, in numpy (its copies cost a third of torch's at these small shapes).
+
+    The input, zero-padded, is laid out channels-last [N, H, W, C]; every output pixel's receptive field
+    is a row [kh·kw·C] of a strided view of it (copied once), and the output is rows [N·H'·W', kh·kw·C]
+    times the kernels [O, kh·kw·C] transposed: [N, H', W', O], returned as a contiguous [N, O, H', W'].
+    The backward keeps the rows and the kernels (copies, so a later in-place change of the weight
+    cannot reach them)."""
 
     @staticmethod
+    @np.errstate(all="ignore")
     def forward(ctx, x, weight, bias, stride, padding, dilation):
         n, channels, height, width = x.shape
         out_channels, _, kh, kw = weight.shape
         out_h = (height + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
         out_w = (width + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-        padded = x.new_zeros((n, height + 2 * padding[0], width + 2 * padding[1], channels))
-        padded[:, padding[0]:padding[0] + height, padding[1]:padding[1] + width] = x.permute(0, 2, 3, 1)
-        s_n, s_h, s_w, _ = padded.stride()
-        fields = padded.as_strided((n, out_h, out_w, kh, kw, channels),
-                                   (s_n, s_h * stride[0], s_w * stride[1], s_h * dilation[0], s_w * dilation[1], 1))
-        rows = fields.reshape(n * out_h * out_w, -1)
-        kernels = weight.permute(0, 2, 3, 1).reshape(out_channels, -1)  # [O, kh·kw·C]
-        out = mm(rows, kernels.t())  # [N·H'·W', O]
+        pixels = x.detach().numpy()
+        padded = np.zeros((n, height + 2 * padding[0], width + 2 * padding[1], channels), pixels.dtype)
+        padded[:, padding[0]:padding[0] + height, padding[1]:padding[1] + width] = pixels.transpose(0, 2, 3, 1)
+        s_n, s_h, s_w, s_c = padded.strides
+        fields = as_strided(padded, (n, out_h, out_w, kh, kw, channels),
+                            (s_n, s_h * stride[0], s_w * stride[1], s_h * dilation[0], s_w * dilation[1], s_c))
+        rows = fields.reshape(n * out_h * out_w, kh * kw * channels)
+        kernels = np.ascontiguousarray(weight.detach().numpy().transpose(0, 2, 3, 1)).reshape(out_channels, -1)
+        out = product(rows, kernels.T)  # [N·H'·W', O]
         if bias is not None:
-            out += bias
-        ctx.save_for_backward(rows, kernels)
-        ctx.has_bias = bias is not None
+            out += bias.detach().numpy()
+        ctx.rows, ctx.kernels, ctx.has_bias = rows, kernels, bias is not None
         ctx.geometry = (x.shape, padded.shape, (kh, kw), stride, padding, dilation, (out_h, out_w))
         # Contiguous [N, O, H', W'], as torch's convolution gives: downstream kernels (batch norm's
         # sums) take their order from the layout, and a split model must compute what the whole one does.
-        return out.view(n, out_h, out_w, out_channels).permute(0, 3, 1, 2).contiguous()
+        return torch.from_numpy(np.ascontiguousarray(out.reshape(n, out_h, out_w, out_channels).transpose(0, 3, 1, 2)))
 
     @staticmethod
+    @np.errstate(all="ignore")
     def backward(ctx, grad):
-        rows, kernels = ctx.saved_tensors
+        rows, kernels = ctx.rows, ctx.kernels
         input_shape, padded_shape, kernel, stride, padding, dilation, out_size = ctx.geometry
         out_channels = kernels.shape[0]
-        g = grad.permute(0, 2, 3, 1).reshape(-1, out_channels)  # [N·H'·W', O]
+        g = np.ascontiguousarray(grad.detach().numpy().transpose(0, 2, 3, 1)).reshape(-1, out_channels)
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
-            grad_rows = mm(g, kernels)  # [N·H'·W', kh·kw·C]
-            fields = grad_rows.view(input_shape[0], *out_size, *kernel, input_shape[1])
-            grad_padded = grad_rows.new_zeros(padded_shape)
+            grad_rows = product(g, kernels)  # [N·H'·W', kh·kw·C]
+            # By kernel position [kh, kw, N, H', W', C], so that each position's add reads contiguous memory.
+            parts = np.ascontiguousarray(grad_rows.reshape(input_shape[0], *out_size, *kernel, input_shape[1])
+                                         .transpose(3, 4, 0, 1, 2, 5))
+            grad_padded = np.zeros(padded_shape, g.dtype)
             # Each kernel position's gradients added onto the input pixels it read, in a fixed order.
             for i in range(kernel[0]):
                 for j in range(kernel[1]):
                     rows_i = slice(i * dilation[0], i * dilation[0] + stride[0] * (out_size[0] - 1) + 1, stride[0])
                     cols_j = slice(j * dilation[1], j * dilation[1] + stride[1] * (out_size[1] - 1) + 1, stride[1])
-                    grad_padded[:, rows_i, cols_j] += fields[:, :, :, i, j]
-            grad_x = grad_padded[:, padding[0]:padding[0] + input_shape[2],
-                                 padding[1]:padding[1] + input_shape[3]].permute(0, 3, 1, 2).contiguous()
+                    grad_padded[:, rows_i, cols_j] += parts[i, j]
+            grad_x = torch.from_numpy(np.ascontiguousarray(
+                grad_padded[:, padding[0]:padding[0] + input_shape[2], padding[1]:padding[1] + input_shape[3]]
+                .transpose(0, 3, 1, 2)))
         if ctx.needs_input_grad[1]:
-            grad_kernels = mm(g.t(), rows)  # one product over every output pixel: [O, kh·kw·C]
-            grad_weight = grad_kernels.view(out_channels, *kernel, input_shape[1]).permute(0, 3, 1, 2).contiguous()
+            grad_kernels = product(g.T, rows)  # one product over every output pixel: [O, kh·kw·C]
+            grad_weight = torch.from_numpy(np.ascontiguousarray(
+                grad_kernels.reshape(out_channels, *kernel, input_shape[1]).transpose(0, 3, 1, 2)))
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = g.sum(0)
+            grad_bias = torch.from_numpy(g).sum(0)
         return grad_x, grad_weight, grad_bias, None, None, None
 
 

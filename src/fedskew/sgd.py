@@ -44,16 +44,16 @@ def sgd_update(params: list[torch.Tensor], grads: list[torch.Tensor | None],
             param.add_(grad, alpha=-lr)
 
 
-class SGD:
-    """The optimiser interface local training uses (`zero_grad`, `step`) over `sgd_update`."""
+class LocalOptimizer:
+    """The optimiser interface local training uses: the parameters, `zero_grad` and `step`."""
 
-    def __init__(self, params: Iterable[torch.Tensor], *, lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(self, params: Iterable[torch.Tensor]) -> None:
         self.params = list(params)
         if not self.params:
-            raise ValueError("SGD got no parameters to optimise")
-        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
-        self.momentum_buffers: list[torch.Tensor | None] = [None] * len(self.params)
+            raise ValueError(f"{type(self).__name__} got no parameters to optimise")
+
+    def step(self) -> None:
+        raise NotImplementedError
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for param in self.params:
@@ -64,6 +64,16 @@ class SGD:
             else:
                 param.grad.detach_()
                 param.grad.zero_()
+
+
+class SGD(LocalOptimizer):
+    """SGD over `sgd_update`."""
+
+    def __init__(self, params: Iterable[torch.Tensor], *, lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params)
+        self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
+        self.momentum_buffers: list[torch.Tensor | None] = [None] * len(self.params)
 
     def step(self) -> None:
         sgd_update(self.params, [p.grad for p in self.params], self.momentum_buffers,

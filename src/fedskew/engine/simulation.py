@@ -314,7 +314,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     torch.manual_seed(derive_seed(cfg.seed, 0))  # same initial model for every method of a seed
     info = registry.dataset_info(cfg.dataset_spec)
     settings = TrainingSettings(training["local_epochs"], training["batch_size"], training["lr"],
-                                training["momentum"], training["weight_decay"])
+                                training["momentum"], training["weight_decay"], training.get("optimizer", "sgd"))
     method_spec = dict(cfg.method_spec)
     algorithm = ALGORITHMS[method_spec.pop("algorithm")](settings, num_clients, data.num_classes, **method_spec)
     algorithm.set_label_counts(label_counts)

@@ -91,6 +91,8 @@ def vectorisation_blocker(algorithm: FederatedAlgorithm, model: nn.Module, augme
     """Why this method/model/augmentation cannot train vectorised, or None if it can."""
     if augmented:
         return "training.augmentation draws from each client's generator between batches"
+    if algorithm.settings.optimizer != "sgd":
+        return f"the vectorised clients step with SGD only (training.optimizer is {algorithm.settings.optimizer})"
     if has_foreign_dropout(model):
         return "the model has an nn.Dropout, which draws from torch's global generator (fedskew's Dropout does not)"
     for module in model.modules():
@@ -162,6 +164,9 @@ def choose_split_execution(setting: str, algorithm: SplitAlgorithm, client_part:
     if not algorithm.vectorised_clients:
         return False, (f"{algorithm.name} trains its client parts against the server one after another; "
                        "its clients train one after another")
+    if algorithm.settings.optimizer != "sgd":
+        return False, (f"the stacked client parts step with SGD only (training.optimizer is "
+                       f"{algorithm.settings.optimizer}); the clients train one after another")
     blocker = stacked_blocker(client_part)
     if blocker is not None:
         return False, f"{blocker}; the clients train one after another"

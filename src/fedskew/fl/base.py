@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,8 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedskew.adam import Adam
 from fedskew.fl.losses import LogitAdjustment, batched_cross_entropy
-from fedskew.sgd import SGD
+from fedskew.sgd import SGD, LocalOptimizer
 
 StateDict = dict[str, torch.Tensor]
 
@@ -87,6 +88,16 @@ class TrainingSettings:
     lr: float
     momentum: float
     weight_decay: float
+    optimizer: str = "sgd"  # "sgd" or "adam" (training.optimizer)
+
+
+def local_optimizer(params: Iterable[torch.Tensor], settings: TrainingSettings) -> LocalOptimizer:
+    """The optimiser of one client's (or one part's) local training, made anew for each client and round."""
+    if settings.optimizer == "adam":
+        return Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    if settings.optimizer != "sgd":
+        raise ValueError(f"training.optimizer must be sgd or adam, got {settings.optimizer!r}")
+    return SGD(params, lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
 
 
 class Algorithm:
@@ -171,9 +182,8 @@ class FederatedAlgorithm(Algorithm):
         return model
 
     # ----------------------------------------------------------------- client side
-    def make_optimizer(self, model: nn.Module) -> SGD:
-        s = self.settings
-        return SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+    def make_optimizer(self, model: nn.Module) -> LocalOptimizer:
+        return local_optimizer(model.parameters(), self.settings)
 
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         """Called after the client loaded the global model, before its first step."""
@@ -222,7 +232,7 @@ class FederatedAlgorithm(Algorithm):
         `start` holds each client's parameters when its local training began.
         """
 
-    def local_step(self, model: nn.Module, optimizer: SGD, x: torch.Tensor,
+    def local_step(self, model: nn.Module, optimizer: LocalOptimizer, x: torch.Tensor,
                    y: torch.Tensor, client: ClientContext) -> torch.Tensor:
         """One minibatch step; returns the (detached) loss."""
         optimizer.zero_grad(set_to_none=True)

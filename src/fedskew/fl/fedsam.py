@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
-from fedskew.sgd import SGD
+from fedskew.sgd import LocalOptimizer
 
 
 class FedSAM(FederatedAlgorithm):
@@ -32,7 +32,7 @@ class FedSAM(FederatedAlgorithm):
         features = model.body(x)
         return self.local_loss(model.head(features), features, y, client, x=x)
 
-    def local_step(self, model: nn.Module, optimizer: SGD, x: torch.Tensor,
+    def local_step(self, model: nn.Module, optimizer: LocalOptimizer, x: torch.Tensor,
                    y: torch.Tensor, client: ClientContext) -> torch.Tensor:
         rho = self.hp["rho"]
         params = [p for p in model.parameters() if p.requires_grad]

@@ -38,10 +38,18 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from fedskew.fl.base import Algorithm, ClientContext, RoundResult, StateDict, TrainingSettings, weighted_average
+from fedskew.fl.base import (
+    Algorithm,
+    ClientContext,
+    RoundResult,
+    StateDict,
+    TrainingSettings,
+    local_optimizer,
+    weighted_average,
+)
 from fedskew.fl.losses import logit_adjusted_cross_entropy
 from fedskew.models.split import SplitView
-from fedskew.sgd import SGD, sgd_update
+from fedskew.sgd import sgd_update
 
 
 @dataclass
@@ -102,8 +110,7 @@ class PartCopy:
         names = [name for name, _ in module.named_parameters()]
         self.state = {key: value.detach().clone() for key, value in state.items()}
         self.parameters = [self.state[name].requires_grad_(True) for name in names]
-        self.optimizer = SGD(self.parameters, lr=settings.lr, momentum=settings.momentum,
-                             weight_decay=settings.weight_decay)
+        self.optimizer = local_optimizer(self.parameters, settings)
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         return functional_call(self.module, self.state, (inputs,))
