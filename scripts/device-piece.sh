@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# One piece of packed work on a lent GPU machine, run there from the repository root (docs/gpu.md):
+# One piece of packed work on a GPU machine without network, reached by a command runner that carries
+# the working tree there and brings back an output folder ($OUT); run there from the repository root
+# (docs/gpu.md):
 #   [WORKERS=8] [MAX_ROUNDS=n] bash scripts/device-piece.sh <seconds> <selection...>
 # e.g. WORKERS=8 bash scripts/device-piece.sh 480 --suite scala_table --dataset fashionmnist --first scala fedavg splitfed_v1
 # It installs the carried wheels (.whl, from scripts/device-prepare.sh), points fedskew at the carried
 # dataset files (.data), trains the selection's unfinished runs for at most <seconds> (runs in progress
 # are checkpointed there, on the machine, for the next piece), then ships the finished runs into $OUT
-# (archives of at most 16 MiB, which the device tool brings back; `fedskew packed import` adds them).
+# (archives of at most 16 MiB, which the runner brings back; `fedskew packed import` adds them).
 set -euo pipefail
 limit=$1
 shift

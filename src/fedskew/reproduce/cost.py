@@ -5,11 +5,11 @@ training sample-passes those runs make (rounds × participation × training-set 
 epochs for federated methods; rounds × local iterations × server batch for split ones),
 the model's forward FLOPs per sample counted by `torch.utils.flop_counter` (a backward pass
 is counted as two forwards), and evaluation passes over the test set. GPU-hours divide that
-by an **assumed** sustained throughput (`ASSUMED_GPU_TFLOPS`): no GPU was lent to the session
-that wrote this, so it is an estimate to plan with, not a measurement; method-specific extra
-passes (a teacher's forward in FedNTD/FedED/MOON, FedSAM's second gradient) are not counted
-and can add up to ~2×. `benchmarks/round_time.py --device auto` measures the real per-round
-cost on a GPU; the CPU column is measured on this project's 2-core machine where the suites ran.
+by an **assumed** sustained throughput (`ASSUMED_GPU_TFLOPS`), not a measured one: an
+estimate to plan with. Method-specific extra passes (a teacher's forward in FedNTD/FedED/MOON,
+FedSAM's second gradient) are not counted and can add up to ~2×.
+`benchmarks/round_time.py --device auto` measures the real per-round cost on a GPU. The
+last columns count the runs this project trains (`reproduce.suites`) and name the suites.
 """
 
 from __future__ import annotations
