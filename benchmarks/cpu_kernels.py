@@ -126,19 +126,18 @@ def _mlp_round() -> dict:
 
 
 def _training_run(workload: str) -> dict:
-    import argparse as _argparse
 
-    from fedskew.cli import cmd_partition
     from fedskew.config import load_params
     from fedskew.data.registry import prepare
     from fedskew.engine.simulation import run_training
+    from fedskew.job import prepare_partition
 
     suite, dataset, partition, method = RUNS[workload]
     params = load_params(ROOT / "params.yaml")
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)
         prepare(dataset, params.dataset_spec(dataset))
-        cmd_partition(params, _argparse.Namespace(dataset=dataset, partition=partition, seed=0))
+        prepare_partition(params, dataset, partition, 0)
         result = run_training(params.run(suite, dataset, partition, method, 0))
     digest = hashlib.sha256(json.dumps(result.history, sort_keys=True, default=repr).encode()).hexdigest()[:12]
     return {"seconds": result.loop_seconds, "digest": digest, "final_acc": result.final["final_acc"]}

@@ -97,17 +97,17 @@ def steps_check() -> str:
 def train_check(rounds: int) -> str:
     import dataclasses
 
-    from fedskew.cli import cmd_partition
     from fedskew.config import load_params
     from fedskew.data.registry import prepare
     from fedskew.engine.simulation import run_training
+    from fedskew.job import prepare_partition
 
     params = load_params(ROOT / "params.yaml")
     scratch = tempfile.mkdtemp()
     try:
         os.chdir(scratch)
         prepare("digits", params.dataset_spec("digits"))
-        cmd_partition(params, argparse.Namespace(dataset="digits", partition="q2", seed=2))
+        prepare_partition(params, "digits", "q2", 2)
         cfg = params.run("default", "digits", "q2", "fedavg", 2)
         cfg = dataclasses.replace(cfg, training={**cfg.training, "rounds": rounds})
         result = run_training(cfg)

@@ -5,7 +5,7 @@ the 165 runs pays torch's import and, with tracking, its own MLflow worker. This
 measures what a multi-run job would save, without changing the workflow: in a fresh copy of
 the project (as `table4_grid.py`) Snakemake builds the data and partitions, then `--cores`
 worker processes each train their share of the suite's runs one after another in one
-interpreter, through `fedskew.cli.cmd_train` (the same run files, checkpoints and tracking as
+interpreter, through `fedskew.job.train_seeds` (the same run files, checkpoints and tracking as
 `fedskew train`). Torch is imported once per worker; tracking, when on, still starts one
 MLflow worker per run (a multi-run job would share one), so the tracked figure is an upper
 bound of what sharing processes gives.
@@ -33,13 +33,12 @@ def worker(root: Path, index: int, workers: int) -> None:
     """Train runs index, index + workers, ... of the suite in this one process."""
     os.chdir(root)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from fedskew.cli import cmd_train
     from fedskew.config import load_params
+    from fedskew.job import train_seeds
 
     params = load_params(Path("params.yaml"))
     for cfg in params.suite_runs(SUITE)[index::workers]:
-        cmd_train(params, argparse.Namespace(suite=cfg.suite, dataset=cfg.dataset, partition=cfg.partition,
-                                             method=cfg.method, seed=cfg.seed, threads=1))
+        train_seeds(params, cfg.suite, cfg.dataset, cfg.partition, cfg.method, [cfg.seed], threads=1)
 
 
 def main() -> None:

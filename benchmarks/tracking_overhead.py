@@ -27,10 +27,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from fedskew import track
-    from fedskew.cli import cmd_partition
     from fedskew.config import load_params
     from fedskew.data.registry import prepare
     from fedskew.engine.simulation import run_training
+    from fedskew.job import prepare_partition
 
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)
@@ -47,7 +47,7 @@ def main() -> None:
         Path("params.yaml").write_text(yaml.safe_dump(params))
         loaded = load_params(Path("params.yaml"))
         prepare("digits", loaded.dataset_spec("digits"))
-        cmd_partition(loaded, argparse.Namespace(dataset="digits", partition="dir0.5", seed=0))
+        prepare_partition(loaded, "digits", "dir0.5", 0)
         cfg = loaded.runs()[0]
 
         started = time.perf_counter()

@@ -6,25 +6,20 @@ Every command validates params.yaml first, so a bad value fails before any work.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import signal
 import sys
 import textwrap
 from pathlib import Path
 
-from fedskew import paths
-from fedskew.config import ConfigError, Params, RunConfig, load_params
+from fedskew import job, paths
+from fedskew.config import ConfigError, Params, load_params
+from fedskew.job import RunsFailedError, Terminated, TrackingError
 from fedskew.packed.commands import add_parser as add_packed_parser
 from fedskew.packed.commands import cmd_packed
-from fedskew.runfiles import RunFileError, read_history, read_metrics, write_run_files
+from fedskew.runfiles import RunFileError
 
 log = logging.getLogger("fedskew")
-
-
-class TrackingError(RuntimeError):
-    """`fedskew track` could not log every run."""
 
 
 def cmd_validate(params: Params, args: argparse.Namespace) -> None:
@@ -56,231 +51,17 @@ def _download_target(args: argparse.Namespace) -> str:
 
 
 def cmd_partition(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.data import registry
-    from fedskew.data.partition import make_partition, plot_heatmap, save_partition
-
-    spec = params.partition_spec(args.partition)
-    data = registry.load(args.dataset, params.dataset_spec(args.dataset))
-    scheme_params = {k: v for k, v in spec.items() if k != "scheme"}
-    partition = make_partition(data.y_train.numpy(), data.num_classes, spec["scheme"], scheme_params,
-                               args.seed, dataset=args.dataset, natural_groups=data.natural_groups)
-    keys = {"dataset": args.dataset, "partition": args.partition, "seed": args.seed}
-    save_partition(partition, Path(paths.PARTITION.format(**keys)))
-    plot_heatmap(partition, Path(paths.PARTITION_HEATMAP.format(**keys)),
-                 title=f"{args.dataset} / {args.partition} / seed {args.seed}")
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (a scheduler's preemption, `kill`): stop like Ctrl-C and record the run as KILLED."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
-
-
-def _read_json_field(path: Path, field: str) -> str:
-    try:
-        return str(json.loads(path.read_text())[field])
-    except (OSError, ValueError, KeyError, TypeError):
-        return "unknown"
-
-
-def _run_tags(cfg: RunConfig) -> dict[str, str]:
-    """What traces a run to its exact inputs: config hash, partition content hash, dataset digest."""
-    from fedskew import track
-
-    return {track.RUN_KEY_TAG: cfg.run_id, "fedskew.config_hash": cfg.run_id,
-            "fedskew.partition_hash": _read_json_field(Path(cfg.path(paths.PARTITION_JSON)), "content_hash"),
-            "fedskew.dataset_sha256": _read_json_field(Path(paths.RAW_READY.format(dataset=cfg.dataset)), "sha256"),
-            **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()}}
-
-
-def _dataset_record(cfg: RunConfig) -> dict[str, str]:
-    """The run's dataset as MLflow shows it (the runs table's Dataset column): name, the sha256 of its
-    prepared tensors, where they are, and the partition."""
-    ready = Path(paths.RAW_READY.format(dataset=cfg.dataset))
-    return {"name": cfg.dataset, "sha256": _read_json_field(ready, "sha256"), "source": str(ready.resolve()),
-            "partition": cfg.partition}
-
-
-def _provenance_tags(provenance: dict[str, str]) -> dict[str, str]:
-    return {f"fedskew.provenance.{key}": str(value) for key, value in provenance.items()}
-
-
-def _artifacts(cfg: RunConfig, files: list[Path]) -> list[Path]:
-    return [f for f in [*files, Path(cfg.path(paths.PARTITION_HEATMAP))] if f.exists()]
-
-
-def _run_name(cfg: RunConfig) -> str:
-    return f"{cfg.dataset}/{cfg.partition}/{cfg.method}/seed{cfg.seed}"
-
-
-def _tracking_enabled() -> bool:
-    return os.environ.get("FEDSKEW_TRACKING", "1") != "0"  # tests and quick experiments may turn it off
-
-
-def _end_tracking(live, cfg: RunConfig, status: str, files: list[Path], tags: dict[str, str]) -> None:
-    """Close the live MLflow run. The run files are the truth and the tracker only observes
-    them: a tracking failure is reported loudly but never fails (or, under Snakemake,
-    deletes) a trained result; `python -m fedskew track --suite ...` logs it later."""
-    if live is None:
-        return
-    live.end(status, _artifacts(cfg, files), tags)
-    if live.error is not None:
-        log.error("TRACKING FAILED for %s: %s. The run files are intact; log them later with "
-                  "`python -m fedskew track --suite %s`.", cfg.path(paths.RUN_DIR), live.error, cfg.suite)
-
-
-def _start_tracking_worker():
-    """The job's tracking worker process (`fedskew.track_sidecar`), or None when tracking is off."""
-    if not _tracking_enabled():
-        return None
-    from fedskew.track_sidecar import SidecarWorker
-
-    return SidecarWorker().start()
-
-
-def _start_tracking(cfg: RunConfig, worker):
-    """The live MLflow run of one run of a training job, recorded by the job's worker."""
-    if worker is None:
-        return None
-    from fedskew.track_sidecar import SidecarRun
-
-    return SidecarRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
-                      params=cfg.to_dict(), tags=_run_tags(cfg), worker=worker, dataset=_dataset_record(cfg),
-                      flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
-
-
-def _tracking_hook(live, cfg: RunConfig):
-    """The engine's per-round hook: each history row to the tracker. Before a round that the
-    engine checkpoints, wait until MLflow shows the run (once): a job killed when it has
-    something to resume then always leaves a visible run, which its retry continues."""
-    if live is None:
-        return None
-    every, last = cfg.training["checkpoint_every"], cfg.training["rounds"]
-
-    def on_round(row: dict) -> None:
-        live.log_round(row)
-        if row["round"] % every == 0 or row["round"] == last:  # run_training's checkpoint rounds
-            live.await_first_round()
-    return on_round
-
-
-class RunsFailedError(RuntimeError):
-    """Some runs of a several-seed training job failed (each one's error is in the log above)."""
+    job.prepare_partition(params, args.dataset, args.partition, args.seed)
 
 
 def cmd_train(params: Params, args: argparse.Namespace) -> None:
-    """Train the runs of one grid point, one per seed, in this process, one after another.
-
-    Several seeds in one job share the interpreter, torch's import and one tracking worker
-    (suites with `seeds_per_job: all`): for small runs those fixed costs are most of a job.
-    Each run keeps its own checkpoint, run files and MLflow run. A failed run does not stop
-    the others; the job then fails naming every failed seed. Ctrl-C or SIGTERM stops the job.
-    """
-    seeds = [args.seed] if isinstance(args.seed, int) else list(dict.fromkeys(args.seed))  # in order, each once
-    runs = [params.run(args.suite, args.dataset, args.partition, args.method, seed) for seed in seeds]
-    # The tracker starts before torch is imported, so MLflow's import and the store's work in
-    # the worker overlap torch's import and the training here.
-    worker = _start_tracking_worker()
-    failed = []
-    try:
-        for cfg in runs:
-            try:
-                _train_run(cfg, args, worker)
-            except Exception as error:
-                if len(runs) == 1:
-                    raise
-                log.error("%s failed: %s: %s", cfg.path(paths.RUN_DIR), type(error).__name__, error)
-                failed.append(f"seed {cfg.seed} ({type(error).__name__}: {error})")
-    finally:
-        if worker is not None:
-            worker.close()
-    if failed:
-        raise RunsFailedError(f"{len(failed)} of {len(runs)} runs failed: {'; '.join(failed)}. The runs that "
-                              "finished kept their checkpoints: running the job again only restores them.")
-
-
-def _train_run(cfg: RunConfig, args: argparse.Namespace, worker) -> None:
-    live = _start_tracking(cfg, worker)
-    try:
-        from fedskew.engine.simulation import NonFiniteError, resolve_device, run_training, summarise_divergence
-        from fedskew.provenance import run_provenance
-    except BaseException as error:  # a broken install or a Ctrl-C during torch's import: the run ends, not RUNNING
-        status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-        _end_tracking(live, cfg, status, [], {"fedskew.error": f"{type(error).__name__}: {error}"})
-        raise
-
-    # What computed the run (device, CPU model and kernels, library versions, commit), asked once it has trained:
-    # in metrics.json and as MLflow tags, so that a number that differs between machines names the machine.
-    def provenance() -> dict[str, str]:
-        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),
-                              cfg.training["model"])
-
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        result = run_training(cfg, threads=args.threads, on_round=_tracking_hook(live, cfg))
-    except NonFiniteError as error:
-        history = error.history or []
-        files = []
-        computed = provenance()
-        if cfg.training["on_divergence"] == "record":
-            # A divergence is a result of this method in this setting: the tables show it.
-            files = write_run_files(cfg, history, {**summarise_divergence(error), "provenance": computed})
-        _end_tracking(live, cfg, "FAILED", files, {"fedskew.error": str(error), **_provenance_tags(computed)})
-        if cfg.training["on_divergence"] == "record":
-            log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
-            return
-        raise
-    except (Terminated, KeyboardInterrupt) as stop:  # the checkpoint stays; a retry continues the same run
-        _end_tracking(live, cfg, "KILLED", [], {"fedskew.error": str(stop) or "interrupted"})
-        raise
-    except Exception as error:
-        _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": f"{type(error).__name__}: {error}"})
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    computed = provenance()
-    files = write_run_files(cfg, result.history, {**result.final, "provenance": computed})
-    _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
-                                                "fedskew.threads": str(args.threads or cfg.training["threads"]),
-                                                "fedskew.execution": result.execution,
-                                                **_provenance_tags(computed)})
-    log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
-    # what benchmarks/fixed_cost.py reads: the job's wall time minus this is its fixed cost
-    log.info("timing: %d rounds in %.3f s", len(result.history) - result.resumed_from, result.loop_seconds)
+    seeds = [args.seed] if isinstance(args.seed, int) else list(args.seed)
+    job.train_seeds(params, args.suite, args.dataset, args.partition, args.method, seeds, args.threads)
 
 
 def cmd_track(params: Params, args: argparse.Namespace) -> None:
-    """Log a suite's trained runs to MLflow from their run files (a backfill; safe to repeat)."""
-    from fedskew import track
-
-    if args.suite not in params.raw["suites"]:
-        raise ConfigError(f"--suite {args.suite!r} is not defined under `suites` in params.yaml")
-    recorded = track.recorded_runs(track.tracking_uri(Path(".")), f"fedskew/{args.suite}")
-    counts = {"logged": 0, "already recorded": 0, "not trained": 0, "failed": 0}
-    for cfg in params.suite_runs(args.suite):
-        if not Path(cfg.path(paths.RUN_METRICS)).exists():
-            counts["not trained"] += 1
-            continue
-        final = read_metrics(cfg)  # only intact run files are logged
-        status = "FAILED" if final.get("status") == "diverged" else "FINISHED"
-        if recorded.get(cfg.run_id) == status:
-            counts["already recorded"] += 1
-            continue
-        files = [Path(cfg.path(p)) for p in (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS)]
-        tags = {**_run_tags(cfg), **({"fedskew.error": final["error"]} if "error" in final else {})}
-        try:
-            track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
-                          params=cfg.to_dict(), history=read_history(cfg), tags=tags,
-                          artifacts=_artifacts(cfg, files), status=status, dataset=_dataset_record(cfg))
-            counts["logged"] += 1
-        except Exception as error:  # noqa: BLE001 - report every run that could not be logged, then fail
-            log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
-            counts["failed"] += 1
+    counts = job.track_suite(params, args.suite)
     print(f"suite {args.suite}: " + ", ".join(f"{n} {what}" for what, n in counts.items()))
-    if counts["failed"]:
-        raise TrackingError(f"{counts['failed']} run(s) could not be logged; see the errors above")
 
 
 def cmd_aggregate(params: Params, args: argparse.Namespace) -> None:
@@ -414,79 +195,15 @@ def _table(rows: list[list[str]], right: tuple[int, ...] = ()) -> list[str]:
                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
 
 
-def _prepared(dataset: str, spec: dict) -> tuple[str, dict | None]:
-    """Whether data/raw/<dataset>/READY.json exists for this spec ("yes"; "no"; "other spec": prepared for
-    another one; "damaged": unreadable), and the shapes it records."""
-    ready = Path(paths.RAW_READY.format(dataset=dataset))
-    if not ready.exists():
-        return "no", None
-    try:
-        manifest = json.loads(ready.read_text())
-        shapes = manifest["shapes"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "damaged", None
-    if manifest.get("spec") != spec:  # as registry.load: a manifest of another spec is prepared again
-        return "other spec", None
-    return "yes", shapes
-
-
-def _raw_files_from(source: str) -> str:
-    """Where the raw files of a fetched source would come from now: data/raw/<source>, a local folder
-    (FEDSKEW_DATA_DIRS, an OS package) or the download host, per file as fedskew.data.fetch looks for them.
-    Files are looked for, not verified (that is the download's work, and would cost seconds here)."""
-    from fedskew.catalog import DOWNLOAD_HOSTS, RAW_FILES
-    from fedskew.data import sources
-    from fedskew.data.packages import files_of
-
-    raw = Path(paths.RAW_DIR.format(dataset=source))
-    local = sources.local_folders(source)
-    package = sources.REGISTRY_PACKAGES.get(source)
-    origins = []
-    for filename in RAW_FILES[source]:
-        if (raw / filename).is_file():
-            where = str(raw)
-        else:
-            download = f"download ({DOWNLOAD_HOSTS[source]})"
-            if package is not None and filename in files_of(package):
-                download = f"download ({package.describe()}, else {DOWNLOAD_HOSTS[source]})"
-            where = next((folder.describe() for folder in local if (folder.path / filename).is_file()), download)
-        if where not in origins:
-            origins.append(where)
-    return " + ".join(origins)
-
-
-def _available_from(dataset: str, spec: dict, prepared: str) -> str:
-    """Whether `dataset` is available and where it would come from (see cmd_datasets' legend)."""
-    from fedskew.catalog import RAW_FILES, SOURCES
-
-    source = spec["source"]
-    if SOURCES[source].arrives == "embedded":
-        return "embedded"
-    if prepared == "yes":
-        return f"prepared ({paths.RAW_DIR.format(dataset=dataset)})"
-    if source in RAW_FILES:
-        return _raw_files_from(source)
-    if source == "femnist":
-        folder = Path(paths.RAW_DIR.format(dataset=source))
-        if any((folder / "train").glob("*.json")) and any((folder / "test").glob("*.json")):
-            return str(folder)
-        return f"not available: place LEAF's JSON files in {folder}/train/ and test/"
-    if source == "imagenet_subset":
-        if spec.get("imagenet_dir") and Path(spec["imagenet_dir"]).expanduser().is_dir():
-            return f"folder {spec['imagenet_dir']}"
-        return f"not available: set datasets.{dataset}.imagenet_dir to a local ILSVRC-2012 copy"
-    raise ValueError(f"no rule for where source {source!r} comes from")  # a new source: add it above
-
-
 def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
     from fedskew.catalog import dataset_info
-    from fedskew.data import sizes, sources
+    from fedskew.data import availability, sizes, sources
 
     rows = [["dataset", "source", "train", "test", "classes", "input", "prepared", "from"]]
     for name in params.raw["datasets"]:
         spec = params.dataset_spec(name)
         info = dataset_info(spec)
-        prepared, shapes = _prepared(name, spec)
+        prepared, shapes = availability.prepared(name, spec)
         train, test = sizes.train_size(spec), _TEST_SIZES.get(spec["source"])
         if spec["source"] == "digits":
             test = sizes.digits_split_sizes(spec["test_fraction"])[1]
@@ -495,7 +212,7 @@ def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
         rows.append([name, spec["source"], "?" if train is None else str(train), "?" if test is None else str(test),
                      str(info.num_classes),
                      "×".join(map(str, info.input_shape)) if info.is_image else f"{info.input_shape[0]} features",
-                     prepared, _available_from(name, spec, prepared)])
+                     prepared, availability.available_from(name, spec, prepared)])
     print("\n".join(_table(rows, right=(2, 3, 4))))
     packages = "; ".join(f"{source}: sudo apt-get install {package.name}"
                          for source, package in sources.OS_PACKAGES.items())

@@ -79,35 +79,26 @@ def cmd_ship(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_import(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.cli import TrackingError, _artifacts, _dataset_record, _run_name, _run_tags, _tracking_enabled
+    from fedskew import job
     from fedskew.packed.archive import import_archives
-    from fedskew.runfiles import read_history, read_metrics
 
     report = import_archives(params, [Path(a) for a in args.archive])
     print(f"packed import: {len(report.imported)} run(s) added to results/runs, {len(report.already)} already there")
-    if not _tracking_enabled() or not report.imported:
+    if not job.tracking_enabled() or not report.imported:
         return
-    from fedskew import track
-
     failed = 0
     for cfg, provenance in report.imported:
-        final = read_metrics(cfg)
-        files = [Path(cfg.path(p)) for p in (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS)]
-        tags = {**_run_tags(cfg), **{f"fedskew.provenance.{k}": str(v) for k, v in provenance.items()},
+        tags = {**job.run_tags(cfg), **{f"fedskew.provenance.{k}": str(v) for k, v in provenance.items()},
                 "fedskew.imported_from": ", ".join(Path(a).name for a in args.archive),
-                **({"git.commit": provenance["commit"]} if provenance.get("commit", "unknown") != "unknown" else {}),
-                **({"fedskew.error": final["error"]} if "error" in final else {})}
+                **({"git.commit": provenance["commit"]} if provenance.get("commit", "unknown") != "unknown" else {})}
         try:
-            track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=_run_name(cfg),
-                          params=cfg.to_dict(), history=read_history(cfg), tags=tags, artifacts=_artifacts(cfg, files),
-                          status="FAILED" if final.get("status") == "diverged" else "FINISHED",
-                          dataset=_dataset_record(cfg))
+            job.log_run_files(cfg, tags)
         except Exception as error:  # noqa: BLE001 - the run files are in place; name each run that failed to log
             log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
             failed += 1
     if failed:
-        raise TrackingError(f"{failed} imported run(s) could not be logged to MLflow; their files are in place: "
-                            f"`python -m fedskew track --suite <suite>` logs them later")
+        raise job.TrackingError(f"{failed} imported run(s) could not be logged to MLflow; their files are in place: "
+                                f"`python -m fedskew track --suite <suite>` logs them later")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

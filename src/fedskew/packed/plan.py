@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -58,8 +57,8 @@ def prepare_inputs(params: Params, runs: list[RunConfig]) -> None:
     directory, as for every command): what Snakemake's download and partition jobs would do; a dataset
     comes from its local sources or the network as usual."""
     root = Path(".")
-    from fedskew.cli import cmd_partition
     from fedskew.data.registry import prepare
+    from fedskew.job import prepare_partition
 
     for dataset in dict.fromkeys(c.dataset for c in runs):
         spec = params.dataset_spec(dataset)
@@ -73,4 +72,4 @@ def prepare_inputs(params: Params, runs: list[RunConfig]) -> None:
     for dataset, partition, seed in dict.fromkeys((c.dataset, c.partition, c.seed) for c in runs):
         keys = {"dataset": dataset, "partition": partition, "seed": seed}
         if not (root / paths.PARTITION.format(**keys)).exists():
-            cmd_partition(params, argparse.Namespace(**keys))
+            prepare_partition(params, dataset, partition, seed)
