@@ -16,10 +16,10 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-
 from _interleaved import compare_many  # benchmarks/, on the path when run as a script
+
 from fedskew.data.embedded import generate_synthetic
-from fedskew.data.partition import make_partition
+from fedskew.data.partitions import make_partition
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.sampling import client_seed, sampling_schedule
 from fedskew.engine.simulation import federated_round

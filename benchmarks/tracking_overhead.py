@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--flush", type=float, default=10.0, help="seconds between batches (the default)")
     args = parser.parse_args()
 
-    from fedskew import track
+    from fedskew import tracking
     from fedskew.config import load_params
     from fedskew.data.registry import prepare
     from fedskew.engine.simulation import run_training
@@ -51,8 +51,8 @@ def main() -> None:
         cfg = loaded.runs()[0]
 
         started = time.perf_counter()
-        live = track.LiveRun(project_root=Path(folder), experiment="bench", run_name="bench", params=cfg.to_dict(),
-                             tags={track.RUN_KEY_TAG: cfg.run_id}, flush_every_s=args.flush).start()
+        live = tracking.LiveRun(project_root=Path(folder), experiment="bench", run_name="bench", params=cfg.to_dict(),
+                                tags={tracking.RUN_KEY_TAG: cfg.run_id}, flush_every_s=args.flush).start()
         opened = time.perf_counter() - started
         in_hook = 0.0
 

@@ -88,7 +88,8 @@ def cmd_paper_table(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_claims(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.reproduce.claims import VERDICTS, write_ledger
+    from fedskew.reproduce.claim import VERDICTS
+    from fedskew.reproduce.ledger import write_ledger
 
     records = write_ledger(params, Path(paths.CLAIMS.format(ext="md")), Path(paths.CLAIMS.format(ext="json")))
     counts = ", ".join(f"{sum(r['verdict'] == v for r in records)} {v}" for v in VERDICTS)
@@ -128,24 +129,24 @@ def cmd_verify(params: Params, args: argparse.Namespace) -> int:
 
 def ui_links(uri: str, base_url: str) -> list[str]:
     """A link to each fedskew suite's runs table, in the UI's Model training mode (docs/tracking.md)."""
-    from fedskew import track
+    from fedskew import tracking
 
     return [f"{name}: {base_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            for name, experiment_id in track.fedskew_experiments(uri)]
+            for name, experiment_id in tracking.fedskew_experiments(uri)]
 
 
 def cmd_ui(params: Params, args: argparse.Namespace) -> None:
     """Start `mlflow ui` on the project's store, after printing a link to each suite's runs."""
-    from fedskew import track
+    from fedskew import tracking
 
-    uri = track.tracking_uri(Path("."))
+    uri = tracking.tracking_uri(Path("."))
     if not uri.startswith("sqlite:"):
         for line in ui_links(uri, uri.rstrip("/")):
             print(line)
         print(f"MLFLOW_TRACKING_URI is a server ({uri}): open it there; no local UI is started", flush=True)
         return
     base = f"http://{args.host}:{args.port}"
-    links = ui_links(uri, base) if Path(track._sqlite_store_path(uri)).exists() else []
+    links = ui_links(uri, base) if Path(tracking.sqlite_store_path(uri)).exists() else []
     print("\n".join(links) if links else f"no fedskew run is recorded in {uri} yet: `make run` records some",
           flush=True)
     print(f"starting mlflow ui on {base} (Ctrl-C stops it)", flush=True)
@@ -238,7 +239,7 @@ def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:
 
 
 def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.data.partition import SCHEME_DEFAULTS, SCHEME_PARAMS
+    from fedskew.data.partitions import SCHEME_DEFAULTS, SCHEME_PARAMS
 
     used: dict[str, dict[str, list[str]]] = {}  # partition -> suite -> datasets
     for suite, body in params.raw["suites"].items():
@@ -327,7 +328,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
 # module that defines them (some of those modules import torch).
 _REPORTED_ERRORS = (
     ("fedskew.data.fetch", ("DatasetUnavailableError", "DatasetCorruptError"), 2),
-    ("fedskew.data.partition", ("PartitionError",), 2),
+    ("fedskew.data.partitions.base", ("PartitionError",), 2),
     ("fedskew.engine.simulation", ("NonFiniteError",), 1),
     ("fedskew.packed.archive", ("ArchiveError",), 2),
 )

@@ -400,11 +400,11 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
     """What the download or partition job would refuse, found now from sizes known in advance.
 
     Each (dataset, partition) pair a suite uses goes through the partition job's own rules
-    (fedskew.data.partition.check_feasible), where the training-set size is known before
+    (fedskew.data.partitions.check_feasible), where the training-set size is known before
     download (fedskew.data.sizes). The others are checked by the partition job.
     """
     from fedskew.data import sizes
-    from fedskew.data.partition import PartitionError, check_feasible
+    from fedskew.data.partitions import PartitionError, check_feasible
 
     problems, unsplittable = [], set()
     for name, spec in raw["datasets"].items():

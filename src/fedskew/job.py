@@ -2,7 +2,7 @@
 
 The engine (fedskew.engine.simulation.run_training) trains; this module makes that a job a user or a
 scheduler can run and stop: it starts and ends the live MLflow run (through the job's tracking worker,
-fedskew.track_sidecar), tags it with what traces the run to its inputs and the machine that computed it,
+fedskew.tracking.worker), tags it with what traces the run to its inputs and the machine that computed it,
 writes the run files, records a divergence as a result where `training.on_divergence` says so, and
 turns SIGTERM into a clean stop that keeps the checkpoint. It also prepares a run's partition and logs
 finished run files after the fact (`track`, `packed import`).
@@ -47,9 +47,9 @@ def _read_json_field(path: Path, field: str) -> str:
 
 def run_tags(cfg: RunConfig) -> dict[str, str]:
     """What traces a run to its exact inputs: config hash, partition content hash, dataset digest."""
-    from fedskew import track
+    from fedskew.tracking import RUN_KEY_TAG
 
-    return {track.RUN_KEY_TAG: cfg.run_id, "fedskew.config_hash": cfg.run_id,
+    return {RUN_KEY_TAG: cfg.run_id, "fedskew.config_hash": cfg.run_id,
             "fedskew.partition_hash": _read_json_field(Path(cfg.path(paths.PARTITION_JSON)), "content_hash"),
             "fedskew.dataset_sha256": _read_json_field(Path(paths.RAW_READY.format(dataset=cfg.dataset)), "sha256"),
             **{f"fedskew.{k}": str(v) for k, v in cfg.keys.items()}}
@@ -95,10 +95,10 @@ def _end_tracking(live, cfg: RunConfig, status: str, files: list[Path], tags: di
 
 
 def start_tracking_worker():
-    """The job's tracking worker process (`fedskew.track_sidecar`), or None when tracking is off."""
+    """The job's tracking worker process (`fedskew.tracking.worker`), or None when tracking is off."""
     if not tracking_enabled():
         return None
-    from fedskew.track_sidecar import SidecarWorker
+    from fedskew.tracking.worker import SidecarWorker
 
     return SidecarWorker().start()
 
@@ -107,7 +107,7 @@ def _start_tracking(cfg: RunConfig, worker):
     """The live MLflow run of one run of a training job, recorded by the job's worker."""
     if worker is None:
         return None
-    from fedskew.track_sidecar import SidecarRun
+    from fedskew.tracking.worker import SidecarRun
 
     return SidecarRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=run_name(cfg),
                       params=cfg.to_dict(), tags=run_tags(cfg), worker=worker, dataset=dataset_record(cfg),
@@ -208,9 +208,9 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     computed = provenance()
     files = write_run_files(cfg, result.history, {**result.final, "provenance": computed})
     _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
-                                                "fedskew.threads": str(threads or cfg.training["threads"]),
-                                                "fedskew.execution": result.execution,
-                                                **_provenance_tags(computed)})
+                                                 "fedskew.threads": str(threads or cfg.training["threads"]),
+                                                 "fedskew.execution": result.execution,
+                                                 **_provenance_tags(computed)})
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
     # what benchmarks/fixed_cost.py reads: the job's wall time minus this is its fixed cost
     log.info("timing: %d rounds in %.3f s", len(result.history) - result.resumed_from, result.loop_seconds)
@@ -219,11 +219,11 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
 def track_suite(params: Params, suite: str) -> dict[str, int]:
     """Log a suite's trained runs to MLflow from their run files (a backfill; safe to repeat). Returns the
     counts by outcome; raises TrackingError when a run could not be logged."""
-    from fedskew import track
+    from fedskew import tracking
 
     if suite not in params.raw["suites"]:
         raise ConfigError(f"--suite {suite!r} is not defined under `suites` in params.yaml")
-    recorded = track.recorded_runs(track.tracking_uri(Path(".")), f"fedskew/{suite}")
+    recorded = tracking.recorded_runs(tracking.tracking_uri(Path(".")), f"fedskew/{suite}")
     counts = {"logged": 0, "already recorded": 0, "not trained": 0, "failed": 0}
     for cfg in params.suite_runs(suite):
         if not Path(cfg.path(paths.RUN_METRICS)).exists():
@@ -251,20 +251,20 @@ def finished_status(final: dict) -> str:
 
 def log_run_files(cfg: RunConfig, tags: dict[str, str]) -> None:
     """Log one run to MLflow from its (intact) run files, after the fact: `track` and `packed import`."""
-    from fedskew import track
+    from fedskew import tracking
 
     final = read_metrics(cfg)
     files = [Path(cfg.path(p)) for p in (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS)]
     tags = {**tags, **({"fedskew.error": final["error"]} if "error" in final else {})}
-    track.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=run_name(cfg),
-                  params=cfg.to_dict(), history=read_history(cfg), tags=tags, artifacts=artifacts(cfg, files),
-                  status=finished_status(final), dataset=dataset_record(cfg))
+    tracking.log_run(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=run_name(cfg),
+                     params=cfg.to_dict(), history=read_history(cfg), tags=tags, artifacts=artifacts(cfg, files),
+                     status=finished_status(final), dataset=dataset_record(cfg))
 
 
 def prepare_partition(params: Params, dataset: str, partition: str, seed: int) -> None:
     """Write the seeded partition of `dataset` (and its heatmap) under data/partitions/: the partition job."""
     from fedskew.data import registry
-    from fedskew.data.partition import make_partition, plot_heatmap, save_partition
+    from fedskew.data.partitions import make_partition, plot_heatmap, save_partition
 
     spec = params.partition_spec(partition)
     data = registry.load(dataset, params.dataset_spec(dataset))

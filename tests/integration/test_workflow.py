@@ -68,7 +68,7 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
         "digits_dir0.5.png", "digits_dir0.5_final.png", "digits_q2.png", "digits_q2_final.png"]
 
     # Every run and every metric point reached the one SQLite store.
-    from fedskew.track import count_runs, tracking_uri
+    from fedskew.tracking import count_runs, tracking_uri
 
     uri = tracking_uri(root)
     assert count_runs(uri, "fedskew/tiny") == expected_runs
@@ -111,7 +111,7 @@ def test_seeds_per_job_all_trains_each_grid_point_in_one_job(tmp_path, tiny_para
         assert log.read_text().count("timing: 4 rounds") == 2  # both seeds trained in that process
     assert len(list((root / "results/runs/tiny").glob("digits/*/*/seed*/metrics.json"))) == 2 * 2 * 2
     assert "(n=2)" in (root / "results/tables/tiny.md").read_text()
-    from fedskew.track import count_runs, tracking_uri
+    from fedskew.tracking import count_runs, tracking_uri
 
     assert count_runs(tracking_uri(root), "fedskew/tiny") == 2 * 2 * 2
     again = run([venv_bin("snakemake"), "--cores", "2", "-n"], root)

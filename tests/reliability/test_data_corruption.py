@@ -26,8 +26,9 @@ import fake_datasets as fakes  # noqa: E402
 from fake_archives import LoopbackServer, install_fake  # noqa: E402
 
 from fedskew import cli  # noqa: E402
-from fedskew.data import adult, download, fetch, registry  # noqa: E402
-from fedskew.data.fetch import CACHE, CACHE_META, MARKER, DatasetCorruptError, DatasetUnavailableError  # noqa: E402
+from fedskew.data import adult, download, registry  # noqa: E402
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, network  # noqa: E402
+from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
 REPAIR = "python -m fedskew download --dataset digits"
 PARTITION = ["partition", "--dataset", "digits", "--partition", "dir0.5", "--seed", "0"]
@@ -164,8 +165,8 @@ def test_corrupt_cache_of_a_downloaded_source_is_rebuilt_by_download(source, dig
 def test_one_fetch_path_and_one_marker_for_torchvision_and_external_sources(source, server, monkeypatch,
                                                                           tmp_path):
     serve(source, server, monkeypatch)
-    streamed, original_stream = [], fetch._stream
-    monkeypatch.setattr(fetch, "_stream", lambda url, dest: streamed.append(url) or original_stream(url, dest))
+    streamed, original_stream = [], network._stream
+    monkeypatch.setattr(network, "_stream", lambda url, dest: streamed.append(url) or original_stream(url, dest))
     raw = tmp_path / "data" / "raw"
     registry.prepare(source, {"source": source}, tmp_path)
     assert sorted(streamed) == sorted(server.url + path for path in server.requests) and streamed

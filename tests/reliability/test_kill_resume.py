@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from fedskew import track
+from fedskew import tracking
 from tests.conftest import TINY_PARAMS, venv_bin
 from tests.integration.test_workflow import make_copy
 
@@ -135,7 +135,7 @@ def kill_trials(tmp_path: Path, params: dict, trials: int, kills: int, seed: int
                 kill_at(root, delay)
                 moments.append(f"{delay:.1f} s after a (re)start")
             store = root / "mlflow.db"
-            assert not store.exists() or track._store_problem(store) is None  # never a half-made store
+            assert not store.exists() or tracking.store._store_problem(store) is None  # never a half-made store
             # What `snakemake --unlock` does, without its seconds of start-up; the last resume uses the command.
             shutil.rmtree(root / ".snakemake" / "locks", ignore_errors=True)
         unlock = snakemake(root, "--unlock")

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 # `python -m fedskew`, printing a line for every tracking worker it starts
 _MAIN = """import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
-import fedskew.track_sidecar as sidecar
+import fedskew.tracking.worker as sidecar
 start = sidecar.SidecarWorker.start
 def noting_start(self):
     print("tracking worker started", flush=True)
@@ -74,7 +74,8 @@ def _mlflow_runs(uri: str, cfg) -> list:
     experiment = client.get_experiment_by_name(f"fedskew/{cfg.suite}")
     if experiment is None:
         return []
-    return [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("fedskew.run_id") == cfg.run_id]
+    return [r for r in client.search_runs([experiment.experiment_id])
+            if r.data.tags.get("fedskew.run_id") == cfg.run_id]
 
 
 def _files(project: Path, cfg) -> dict[str, bytes]:

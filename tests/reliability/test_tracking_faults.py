@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fedskew import paths, track
+from fedskew import paths, tracking
 from fedskew.cli import cmd_train, main
 from fedskew.config import load_params
 from tests.conftest import REPO
@@ -33,8 +33,8 @@ HISTORY = [{"round": r, "test_acc": r / 10, "train_loss": 1.0 / r} for r in rang
 RAW_MLFLOW_INIT = "import sys; from mlflow.tracking import MlflowClient; " \
                   "MlflowClient(tracking_uri=f'sqlite:///{sys.argv[1]}').search_experiments()"
 # Creates a store through fedskew.
-FEDSKEW_INIT = "import sys; from fedskew import track; uri = f'sqlite:///{sys.argv[1]}'; " \
-               "track._import_mlflow(uri); track.ensure_store(uri)"
+FEDSKEW_INIT = "import sys; from fedskew import tracking; uri = f'sqlite:///{sys.argv[1]}'; " \
+               "tracking.store.import_mlflow(uri); tracking.ensure_store(uri)"
 
 
 def _kill_during(code: str, store: Path, delay: float) -> None:
@@ -53,9 +53,9 @@ def _kill_during(code: str, store: Path, delay: float) -> None:
 
 
 def _log(root: Path, key: str = "run-a", history: list[dict] = HISTORY, status: str = "FINISHED") -> str:
-    return track.log_run(project_root=root, experiment="e", run_name=key, params={"lr": 0.1}, history=history,
-                         tags={track.RUN_KEY_TAG: key}, artifacts=[], uri=f"sqlite:///{root}/mlflow.db",
-                         status=status)
+    return tracking.log_run(project_root=root, experiment="e", run_name=key, params={"lr": 0.1}, history=history,
+                            tags={tracking.RUN_KEY_TAG: key}, artifacts=[], uri=f"sqlite:///{root}/mlflow.db",
+                            status=status)
 
 
 def _runs(store: Path) -> list:
@@ -69,7 +69,7 @@ def test_a_store_half_created_by_plain_mlflow_is_replaced_and_logging_works(tmp_
     store = tmp_path / "mlflow.db"
     _kill_during(RAW_MLFLOW_INIT, store, delay)
     _log(tmp_path)
-    assert track._store_problem(store) is None
+    assert tracking.store._store_problem(store) is None
     assert [r.info.status for r in _runs(store)] == ["FINISHED"]
 
 
@@ -77,7 +77,7 @@ def test_a_store_half_created_by_plain_mlflow_is_replaced_and_logging_works(tmp_
 def test_a_kill_while_fedskew_creates_the_store_leaves_no_store_or_a_whole_one(tmp_path, delay) -> None:
     store = tmp_path / "mlflow.db"
     _kill_during(FEDSKEW_INIT, store, delay)
-    assert not store.exists() or track._store_problem(store) is None
+    assert not store.exists() or tracking.store._store_problem(store) is None
     _log(tmp_path)
     assert [r.info.status for r in _runs(store)] == ["FINISHED"]
     assert not list(tmp_path.glob(".mlflow.db.init-*"))  # the killed attempt's copy is cleaned up
@@ -92,16 +92,16 @@ def test_garbage_without_runs_is_moved_aside_not_deleted(tmp_path) -> None:
 
 
 def test_a_leftover_migration_table_in_a_store_with_runs_is_repaired_keeping_the_runs(tmp_path,
-                                                                                       migrated_store) -> None:
+                                                                                      migrated_store) -> None:
     store = tmp_path / "mlflow.db"
     shutil.copy(migrated_store, store)
     _log(tmp_path, "old-run")
     with sqlite3.connect(store) as db:  # what a kill in the middle of a batch migration leaves
         db.execute("CREATE TABLE _alembic_tmp_webhooks AS SELECT * FROM webhooks")
-    assert "interrupted schema migration" in track._store_problem(store)
+    assert "interrupted schema migration" in tracking.store._store_problem(store)
     _log(tmp_path, "new-run")
-    assert track._store_problem(store) is None
-    assert sorted(r.data.tags[track.RUN_KEY_TAG] for r in _runs(store)) == ["new-run", "old-run"]
+    assert tracking.store._store_problem(store) is None
+    assert sorted(r.data.tags[tracking.RUN_KEY_TAG] for r in _runs(store)) == ["new-run", "old-run"]
 
 
 def test_an_unrepairable_store_with_runs_is_left_alone_with_instructions(tmp_path, migrated_store) -> None:
@@ -111,7 +111,7 @@ def test_an_unrepairable_store_with_runs_is_left_alone_with_instructions(tmp_pat
     with sqlite3.connect(store) as db:
         db.execute("DROP TABLE latest_metrics")
     before = store.read_bytes()
-    with pytest.raises(track.TrackingStoreError, match="mlflow db upgrade") as error:
+    with pytest.raises(tracking.TrackingStoreError, match="mlflow db upgrade") as error:
         _log(tmp_path, "new-run")
     assert "holds 1 run(s)" in str(error.value) and "fedskew track --suite" in str(error.value)
     assert store.read_bytes() == before
@@ -122,7 +122,7 @@ def test_a_retry_continues_the_orphan_run_instead_of_adding_one(tmp_path, migrat
     shutil.copy(migrated_store, store)
     client = MlflowClient(tracking_uri=f"sqlite:///{store}")
     experiment = client.create_experiment("e")
-    orphan = client.create_run(experiment, tags={track.RUN_KEY_TAG: "run-a"})  # a kill left it RUNNING
+    orphan = client.create_run(experiment, tags={tracking.RUN_KEY_TAG: "run-a"})  # a kill left it RUNNING
     assert _log(tmp_path) == orphan.info.run_id
     assert _log(tmp_path) == orphan.info.run_id  # and logging it yet again adds nothing
     (run,) = _runs(store)
@@ -155,10 +155,10 @@ def test_a_failing_tracker_never_fails_training_and_track_backfills(project, mon
 
     store = project / "mlflow.db"
     assert main(["track", "--suite", "tiny"]) == 0  # one trained run logged, the others not trained yet
-    recorded = track.recorded_runs(f"sqlite:///{store}", "fedskew/tiny")
+    recorded = tracking.recorded_runs(f"sqlite:///{store}", "fedskew/tiny")
     assert recorded == {cfg.run_id: "FINISHED"}
     assert main(["track", "--suite", "tiny"]) == 0  # repeating it adds nothing
-    assert track.count_runs(f"sqlite:///{store}", "fedskew/tiny") == 1
+    assert tracking.count_runs(f"sqlite:///{store}", "fedskew/tiny") == 1
 
 
 def test_a_job_whose_engine_cannot_be_imported_ends_its_run_failed(project, monkeypatch, migrated_store) -> None:
@@ -175,7 +175,7 @@ def test_a_job_whose_engine_cannot_be_imported_ends_its_run_failed(project, monk
     monkeypatch.undo()
     cfg = params.runs(["tiny"])[0]
     assert not (project / cfg.path(paths.RUN_METRICS)).exists()
-    assert track.recorded_runs(uri, "fedskew/tiny") == {cfg.run_id: "FAILED"}
+    assert tracking.recorded_runs(uri, "fedskew/tiny") == {cfg.run_id: "FAILED"}
     (run,) = MlflowClient(tracking_uri=uri).search_runs(
         [MlflowClient(tracking_uri=uri).get_experiment_by_name("fedskew/tiny").experiment_id])
     assert "import of fedskew.engine.simulation" in run.data.tags["fedskew.error"]
@@ -190,7 +190,7 @@ def test_track_refuses_altered_run_files(project, capsys) -> None:
     assert main(["track", "--suite", "tiny"]) == 2
     err = capsys.readouterr().err
     assert "history.csv" in err and "does not match the sha256" in err and "--force" in err
-    assert not (project / "mlflow.db").exists() or track.count_runs(
+    assert not (project / "mlflow.db").exists() or tracking.count_runs(
         f"sqlite:///{project / 'mlflow.db'}", "fedskew/tiny") == 0
 
 

@@ -1,4 +1,4 @@
-"""Tracking in a worker process (`fedskew.track_sidecar`): it records the same MLflow run as the
+"""Tracking in a worker process (`fedskew.tracking.worker`): it records the same MLflow run as the
 in-process LiveRun, and whatever happens to the worker or the job, training goes on, the run
 files are written and the MLflow run ends as it did with in-process tracking.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fedskew import paths, track
-from fedskew.track_sidecar import SidecarRun
+from fedskew import paths, tracking
+from fedskew.tracking.worker import SidecarRun
 from tests.conftest import REPO
 from tests.reliability.test_live_tracking import (
     KILL_ROUNDS,
@@ -34,7 +34,7 @@ from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
 PARAMS = {"training": {"lr": 0.05, "rounds": 300}, "model": "mlp", "seeds": [0, 1], "note": None}
-TAGS = {track.RUN_KEY_TAG: "sidecar-run", "fedskew.config_hash": "sidecar-run"}
+TAGS = {tracking.RUN_KEY_TAG: "sidecar-run", "fedskew.config_hash": "sidecar-run"}
 
 
 def _history(rounds: int) -> list[dict]:
@@ -74,7 +74,7 @@ def test_the_worker_records_the_same_run_as_the_in_process_live_run(tmp_path, mi
     history = _history(300)  # about 2 300 values: more than one batch of MAX_METRICS_PER_BATCH
     client = MlflowClient(tracking_uri=uri)
     runs = {}
-    for kind in (track.LiveRun, SidecarRun):
+    for kind in (tracking.LiveRun, SidecarRun):
         live = kind(project_root=tmp_path, experiment=kind.__name__, run_name="digits/dir0.5/fedavg/seed0",
                     params=PARAMS, tags=TAGS, uri=uri).start()
         for row in history:
@@ -86,7 +86,7 @@ def test_the_worker_records_the_same_run_as_the_in_process_live_run(tmp_path, mi
         assert live.error is None
         runs[kind] = client.get_run(live.run_id)
 
-    in_process, worker = runs[track.LiveRun], runs[SidecarRun]
+    in_process, worker = runs[tracking.LiveRun], runs[SidecarRun]
     assert worker.info.status == in_process.info.status == "FINISHED"
     assert worker.data.params == in_process.data.params
     assert worker.data.tags == in_process.data.tags
@@ -95,7 +95,7 @@ def test_the_worker_records_the_same_run_as_the_in_process_live_run(tmp_path, mi
     for kind, run in runs.items():
         assert {t for series in points[kind].values() for _, _, t in series} == {run.info.start_time}
     assert ({key: [p[:2] for p in series] for key, series in points[SidecarRun].items()}
-            == {key: [p[:2] for p in series] for key, series in points[track.LiveRun].items()})
+            == {key: [p[:2] for p in series] for key, series in points[tracking.LiveRun].items()})
     assert len(points[SidecarRun]["loss/train_loss"]) == 300
     assert len(points[SidecarRun]["per_class/test_acc_class9"]) == 60
     assert _artifacts(client, worker.info.run_id) == _artifacts(client, in_process.info.run_id) == [
@@ -106,7 +106,7 @@ def test_the_worker_speaks_json_lines_and_never_imports_torch(tmp_path, migrated
     shutil.copy(migrated_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     no_torch = ("import runpy, sys; sys.modules['torch'] = None; "  # importing torch now raises ImportError
-                "runpy.run_module('fedskew.track_sidecar', run_name='__main__')")
+                "runpy.run_module('fedskew.tracking.worker', run_name='__main__')")
     commands = [{"command": "start", "project_root": str(tmp_path), "experiment": "e", "run_name": "r",
                  "params": PARAMS, "tags": TAGS, "uri": uri, "flush_every_s": 10.0},
                 {"command": "rows", "rows": [{"round": 1, "train_loss": math.nan, "test_acc": 0.5}]},
@@ -144,7 +144,7 @@ def test_a_worker_that_cannot_reach_its_store_fails_tracking_not_training(tmp_pa
 # SIGINT ignored, and an ignored SIGINT is inherited, so Ctrl-C would otherwise not reach the job.
 _MAIN = """import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
-import fedskew.track_sidecar as sidecar
+import fedskew.tracking.worker as sidecar
 start = sidecar.SidecarRun.start
 def noting_start(self):
     print("torch imported before the tracker started:", "torch" in sys.modules, flush=True)
@@ -174,7 +174,7 @@ def _finish(job: subprocess.Popen, code: int = 0) -> str:
 
 def _worker_of(job: subprocess.Popen) -> int:
     for child in Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split():
-        if b"fedskew.track_sidecar" in Path(f"/proc/{child}/cmdline").read_bytes():
+        if b"fedskew.tracking.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
             return int(child)
     raise AssertionError("the job has no tracking worker")
 
@@ -246,4 +246,4 @@ def test_ctrl_c_reaches_the_worker_too_but_the_job_records_killed(project, store
     os.killpg(job.pid, signal.SIGINT)
     _finish(job, code=130)
     (run,) = _runs(store, cfg)
-    assert run.info.status == "KILLED" and run.data.tags[track.ERROR_TAG] == "interrupted"
+    assert run.info.status == "KILLED" and run.data.tags[tracking.ERROR_TAG] == "interrupted"

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from fedskew.reproduce.claims import (CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, ClaimError,
-                                      _check, combine_parts, evaluate, load_claims, paper_status, render_policy)
+from fedskew.reproduce.claim import (CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, ClaimError,
+                                     _check, load_claims)
+from fedskew.reproduce.ledger import render_policy
 from fedskew.reproduce.policy import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Effect, PolicyError, decimals_for,
                                       fmt_effect, judge, load_policy, paired_effect, parse_policy, t_quantile)
+from fedskew.reproduce.verdicts import combine_parts, evaluate, paper_status
 from tests.conftest import REPO
 
 
@@ -254,7 +256,7 @@ def test_readme_and_docs_carry_the_committed_ledgers_headline() -> None:
     # The README's results section is the committed ledger's headline, rebuilt from the committed runs.
     import json
 
-    from fedskew.reproduce.claims import summary_markdown
+    from fedskew.reproduce.ledger import summary_markdown
 
     twin = json.loads((REPO / "results" / "claims.json").read_text())
     summary = summary_markdown(twin["claims"], twin["proxies"])

@@ -23,14 +23,9 @@ import fake_datasets as fakes  # noqa: E402
 from fake_archives import LoopbackServer  # noqa: E402
 
 from fedskew.data import adult, cinic10, femnist, imagenet_subset, registry, tinyimagenet  # noqa: E402
-from fedskew.data.fetch import (  # noqa: E402
-    CACHE,
-    CACHE_META,
-    MARKER,
-    DatasetCorruptError,
-    DatasetUnavailableError,
-)
-from fedskew.data.partition import make_partition  # noqa: E402
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError  # noqa: E402
+from fedskew.data.partitions import make_partition  # noqa: E402
+from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
 
 def md5_of(data: bytes) -> str:

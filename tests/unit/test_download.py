@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 from fake_archives import FakeDataset, LoopbackServer, install_fake  # noqa: E402
 
-from fedskew.data import download, fetch  # noqa: E402
+from fedskew.data import download  # noqa: E402
 from fedskew.data.download import (  # noqa: E402
     TORCHVISION_DATASETS,
     DatasetCorruptError,
@@ -32,7 +32,9 @@ from fedskew.data.download import (  # noqa: E402
     prepare,
     raw_dir,
 )
-from fedskew.data.fetch import CACHE, CACHE_META, MARKER, file_sha256  # noqa: E402
+from fedskew.data.fetch import MARKER, network  # noqa: E402
+from fedskew.data.files import file_sha256  # noqa: E402
+from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
 try:
     import scipy.io  # noqa: F401
@@ -130,7 +132,7 @@ def test_unreachable_server_raises_unavailable_with_instructions(name, server, m
     dead = LoopbackServer()
     dead.close()  # its 127.0.0.1 port is closed now: connections are refused
     fake = install_fake(name, dead, monkeypatch)
-    monkeypatch.setattr(fetch, "DOWNLOAD_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(network, "DOWNLOAD_TIMEOUT_S", 5.0)
     with pytest.raises(DatasetUnavailableError) as info:
         prepare(name, tmp_path)
     message = str(info.value)
@@ -165,7 +167,7 @@ def test_blackholed_server_times_out(monkeypatch, tmp_path, server):
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/cifar-10-python.tar.gz"
         monkeypatch.setattr(TORCHVISION_DATASETS["cifar10"].cls, "url", url)
-        monkeypatch.setattr(fetch, "DOWNLOAD_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(network, "DOWNLOAD_TIMEOUT_S", 0.5)
         start = time.monotonic()
         with pytest.raises(DatasetUnavailableError, match="timed out"):
             prepare("cifar10", tmp_path)

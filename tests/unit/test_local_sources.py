@@ -24,15 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from fake_archives import FakeDataset, LoopbackServer, install_fake  # noqa: E402
 
 from fedskew.cli import main  # noqa: E402
-from fedskew.data import download, fetch, sources  # noqa: E402
+from fedskew.data import download, sources  # noqa: E402
 from fedskew.data.download import load_tensors  # noqa: E402
-from fedskew.data.fetch import (  # noqa: E402
-    CACHE,
-    MARKER,
-    DatasetCorruptError,
-    DatasetUnavailableError,
-    file_sha256,
-)
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, verify  # noqa: E402
+from fedskew.data.files import file_sha256  # noqa: E402
+from fedskew.data.tensors import CACHE  # noqa: E402
 from tests.conftest import FASHION_PARAMS  # noqa: E402
 
 
@@ -133,8 +129,8 @@ def test_a_payload_verified_marker_is_trusted_while_the_pinned_content_md5_is_th
     place(tmp_path / "mnist", recompressed(fake))
     load_tensors("mnist", tmp_path, download=False)
     hashed = []
-    original = fetch.file_digests
-    monkeypatch.setattr(fetch, "file_digests", lambda path: hashed.append(path.name) or original(path))
+    original = verify.file_digests
+    monkeypatch.setattr(verify, "file_digests", lambda path: hashed.append(path.name) or original(path))
     load_tensors("mnist", tmp_path, download=False)
     assert hashed == []  # the marker vouched for the files
     monkeypatch.setitem(download.PAYLOAD_MD5, "mnist", {**download.PAYLOAD_MD5["mnist"],
@@ -152,7 +148,7 @@ def test_a_marker_written_before_payload_digests_is_still_trusted(server, monkey
         for key in ("verified_by", "source", "expected_payload_md5"):
             del entry[key]
     path.write_text(json.dumps(old))
-    monkeypatch.setattr(fetch, "file_digests", lambda path: pytest.fail(f"{path} was hashed again"))
+    monkeypatch.setattr(verify, "file_digests", lambda path: pytest.fail(f"{path} was hashed again"))
     load_tensors("mnist", tmp_path, download=False)
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for fedskew.data.partition: coverage, determinism, scheme statistics, errors, I/O."""
+"""Unit tests for fedskew.data.partitions: coverage, determinism, scheme statistics, errors, I/O."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedskew.data.partition import (
+from fedskew.data.partitions import (
+    SCHEME_DEFAULTS,
     SCHEME_PARAMS,
     SCHEMES,
     Partition,
@@ -60,6 +61,23 @@ def _make(labels: np.ndarray, scheme: str, seed: int = 0, **over) -> Partition:
 
 def test_registry_consistent() -> None:
     assert set(SCHEMES) == set(SCHEME_PARAMS) == set(CONFIGS)
+
+
+def test_schema_knows_exactly_the_registered_schemes_and_their_parameters() -> None:
+    import yaml
+
+    from fedskew.config import SCHEMA_PATH
+
+    partition = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]["partition"]
+    assert set(partition["properties"]["scheme"]["enum"]) == set(SCHEMES)
+    declared, required = {}, {}  # scheme -> the parameters the schema allows / requires
+    for branch in partition["allOf"]:
+        condition, then = branch["if"]["properties"]["scheme"], branch["then"]
+        for scheme in condition.get("enum", [condition.get("const")]):
+            declared[scheme] = set(then["properties"]) - {"scheme"}
+            required[scheme] = set(then.get("required", []))
+    assert declared == {scheme: set(spec) for scheme, spec in SCHEME_PARAMS.items()}
+    assert required == {scheme: set(spec) - set(SCHEME_DEFAULTS[scheme]) for scheme, spec in SCHEME_PARAMS.items()}
 
 
 @pytest.mark.parametrize("labels", [VARIED, IMBALANCED], ids=["varied", "imbalanced"])
@@ -336,7 +354,7 @@ def test_bad_labels_and_natural_groups() -> None:
 def test_natural_drops_group_ids_no_sample_carries(caplog) -> None:
     # Ids 1 and 4 are gaps: the three groups left become clients 0, 1, 2 and the gaps are recorded.
     groups = np.array([0, 2, 2, 3, 0, 3])
-    with caplog.at_level("INFO", logger="fedskew.data.partition"):
+    with caplog.at_level("INFO", logger="fedskew.data.partitions.build"):
         p = make_partition(np.array([0, 1, 2, 3, 4, 5]), C, "natural", {}, 0, dataset="toy", natural_groups=groups)
     assert [ix.tolist() for ix in p.client_indices] == [[0, 4], [1, 2], [3, 5]]
     assert p.meta["dropped_empty_groups"] == [1] and p.meta["num_clients"] == 3
@@ -384,7 +402,7 @@ def test_min_size_zero_is_refused() -> None:
 
 
 def test_check_feasible_is_what_make_partition_applies(monkeypatch) -> None:
-    import fedskew.data.partition as partition
+    import fedskew.data.partitions.build as partition
 
     calls = []
     monkeypatch.setattr(partition, "check_feasible",

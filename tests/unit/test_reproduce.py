@@ -13,10 +13,12 @@ from dataclasses import dataclass
 import pytest
 
 from fedskew.config import load_params
-from fedskew.reproduce.claims import Claim, combine_protocols, evaluate, load_claims, paper_status, write_ledger
+from fedskew.reproduce.claim import Claim, load_claims
 from fedskew.reproduce.layouts import check_against_params, load_layouts
+from fedskew.reproduce.ledger import write_ledger
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.reproduce.tables import our_cells, render
+from fedskew.reproduce.verdicts import combine_protocols, evaluate, paper_status
 from fedskew.runfiles import write_run_files
 from tests.conftest import REPO
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fedskew import track
+from fedskew import tracking
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -36,33 +36,33 @@ def expected_value(metric: str, step: int, offset: float = 0.0) -> float:
 def test_flatten_params_nested_dicts_lists_and_none() -> None:
     params = {"method": "fedavg", "lr": 0.01, "model": {"name": "resnet8", "norm": {"kind": "group", "groups": 2}},
               "milestones": [50, 75], "betas": (0.9, 0.99), "decay": None, "empty": {}, "flag": True}
-    assert track.flatten_params(params) == {
+    assert tracking.flatten_params(params) == {
         "method": "fedavg", "lr": "0.01", "model.name": "resnet8", "model.norm.kind": "group",
         "model.norm.groups": "2", "milestones": "[50, 75]", "betas": "[0.9, 0.99]", "decay": "null",
         "empty": "{}", "flag": "True"}
-    assert track.flatten_params({"b": 1}, prefix="a") == {"a.b": "1"}
+    assert tracking.flatten_params({"b": 1}, prefix="a") == {"a.b": "1"}
 
 
 def test_flatten_params_truncates_to_mlflow_limit_with_marker() -> None:
-    flat = track.flatten_params({"long": "x" * 10_000, "list": list(range(3000)), "short": "y" * 6000})
-    assert len(flat["long"]) == 6000 and flat["long"].endswith(track.TRUNCATION_MARKER)
+    flat = tracking.flatten_params({"long": "x" * 10_000, "list": list(range(3000)), "short": "y" * 6000})
+    assert len(flat["long"]) == 6000 and flat["long"].endswith(tracking.runs.TRUNCATION_MARKER)
     assert len(flat["list"]) == 6000 and flat["list"].startswith("[0, 1, 2")
     assert flat["short"] == "y" * 6000  # exactly at the limit: untouched
 
 
 def test_tracking_uri_default_and_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert track.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert tracking.tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow-server:5000")
-    assert track.tracking_uri(tmp_path) == "http://mlflow-server:5000"
+    assert tracking.tracking_uri(tmp_path) == "http://mlflow-server:5000"
 
 
 def test_git_state_outside_a_repo_and_without_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     unknown = {"git.commit": "unknown", "git.dirty": "unknown"}
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    assert track.git_state(tmp_path) == unknown
+    assert tracking.git_state(tmp_path) == unknown
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no git executable at all
-    assert track.git_state(tmp_path) == unknown
+    assert tracking.git_state(tmp_path) == unknown
 
 
 def test_git_state_in_a_repo_clean_then_dirty(tmp_path: Path) -> None:
@@ -77,20 +77,20 @@ def test_git_state_in_a_repo_clean_then_dirty(tmp_path: Path) -> None:
     git("add", "code.py")
     git("commit", "-q", "-m", "init")
     (tmp_path / "untracked_output.csv").write_text("x\n")  # untracked outputs do not make the tree dirty
-    state = track.git_state(tmp_path)
+    state = tracking.git_state(tmp_path)
     assert len(state["git.commit"]) == 40 and int(state["git.commit"], 16) >= 0
     assert state["git.dirty"] == "false"
     (tmp_path / "code.py").write_text("a = 2\n")
-    assert track.git_state(tmp_path) == {"git.commit": state["git.commit"], "git.dirty": "true"}
+    assert tracking.git_state(tmp_path) == {"git.commit": state["git.commit"], "git.dirty": "true"}
 
 
 def test_local_store_detection() -> None:
-    assert track._local_store_path("sqlite:////abs/dir/mlflow.db") == Path("/abs/dir/mlflow.db")
-    assert track._local_store_path("sqlite:///rel/mlflow.db?timeout=5") == Path("rel/mlflow.db")
-    assert track._local_store_path("file:///abs/mlruns") == Path("/abs/mlruns")
-    assert track._local_store_path("/abs/mlruns") == Path("/abs/mlruns")
+    assert tracking.store.local_store_path("sqlite:////abs/dir/mlflow.db") == Path("/abs/dir/mlflow.db")
+    assert tracking.store.local_store_path("sqlite:///rel/mlflow.db?timeout=5") == Path("rel/mlflow.db")
+    assert tracking.store.local_store_path("file:///abs/mlruns") == Path("/abs/mlruns")
+    assert tracking.store.local_store_path("/abs/mlruns") == Path("/abs/mlruns")
     for remote in ("http://mlflow-server:5000", "https://x.org", "postgresql://u@h/db", "sqlite://"):
-        assert track._local_store_path(remote) is None
+        assert tracking.store.local_store_path(remote) is None
 
 
 def test_experiment_created_by_another_writer_in_between_is_reused() -> None:
@@ -112,7 +112,7 @@ def test_experiment_created_by_another_writer_in_between_is_reused() -> None:
             self.tagged = (experiment_id, key, value)
 
     client = RacingClient()
-    assert track._experiment_id(client, "e", None) == "7"
+    assert tracking.runs._experiment_id(client, "e", None) == "7"
     assert client.tagged == ("7", "mlflow.experimentKind", "custom_model_development")
 
 
@@ -127,9 +127,9 @@ def test_log_run_records_params_tags_metrics_artifacts(tmp_path: Path, monkeypat
     # more params (150) and metric points (1200) than one MLflow batch may carry
     per_class = {f"c{i}": i for i in range(147)}
     params = {"method": "fedprox", "fl": {"mu": 0.01, "rounds": 400}, "seeds": [0, 1], "per_class": per_class}
-    run_id = track.log_run(project_root=tmp_path, experiment="suite-a", run_name="cifar10/fedprox/seed0",
-                           params=params, history=make_history(400), tags={"suite": "suite-a", "seed": "0"},
-                           artifacts=[tmp_path / "history.csv", tmp_path / "metrics.json", tmp_path / "figures"])
+    run_id = tracking.log_run(project_root=tmp_path, experiment="suite-a", run_name="cifar10/fedprox/seed0",
+                              params=params, history=make_history(400), tags={"suite": "suite-a", "seed": "0"},
+                              artifacts=[tmp_path / "history.csv", tmp_path / "metrics.json", tmp_path / "figures"])
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     run = client.get_run(run_id)
@@ -149,8 +149,8 @@ def test_log_run_records_params_tags_metrics_artifacts(tmp_path: Path, monkeypat
     assert (artifact_dir / "metrics.json").read_text() == '{"final": 1}'
     assert (artifact_dir / "figures" / "curve.png").read_bytes() == b"png"
     assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts").resolve().as_uri())
-    assert track.count_runs(f"sqlite:///{tmp_path}/mlflow.db", "suite-a") == 1
-    assert track.count_runs(f"sqlite:///{tmp_path}/mlflow.db", "no-such-experiment") == 0
+    assert tracking.count_runs(f"sqlite:///{tmp_path}/mlflow.db", "suite-a") == 1
+    assert tracking.count_runs(f"sqlite:///{tmp_path}/mlflow.db", "no-such-experiment") == 0
 
 
 def test_log_run_failed_status_and_env_uri_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -159,8 +159,8 @@ def test_log_run_failed_status_and_env_uri_override(tmp_path: Path, monkeypatch:
     other.parent.mkdir()
     shutil.copy(migrated_store, other)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{other}")
-    run_id = track.log_run(project_root=tmp_path / "project", experiment="e", run_name="crashed", params={},
-                           history=make_history(3), tags={}, artifacts=[], status="FAILED")
+    run_id = tracking.log_run(project_root=tmp_path / "project", experiment="e", run_name="crashed", params={},
+                              history=make_history(3), tags={}, artifacts=[], status="FAILED")
     assert other.exists() and not (tmp_path / "project" / "mlflow.db").exists()
     assert MlflowClient(tracking_uri=f"sqlite:///{other}").get_run(run_id).info.status == "FAILED"
 
@@ -169,8 +169,8 @@ def test_log_run_failure_midway_marks_run_failed_and_names_store(tmp_path: Path,
     shutil.copy(migrated_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     with pytest.raises(RuntimeError, match="mlflow.db") as excinfo:
-        track.log_run(project_root=tmp_path, experiment="e", run_name="r", params={"a": 1},
-                      history=make_history(5), tags={}, artifacts=[tmp_path / "missing.csv"], uri=uri)
+        tracking.log_run(project_root=tmp_path, experiment="e", run_name="r", params={"a": 1},
+                         history=make_history(5), tags={}, artifacts=[tmp_path / "missing.csv"], uri=uri)
     assert "marked FAILED" in str(excinfo.value)
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("e").experiment_id])
@@ -179,15 +179,15 @@ def test_log_run_failure_midway_marks_run_failed_and_names_store(tmp_path: Path,
 
 def test_log_run_rejects_unknown_status(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="status"):
-        track.log_run(project_root=tmp_path, experiment="e", run_name="r", params={}, history=[], tags={},
-                      artifacts=[], status="DONE", uri=f"sqlite:///{tmp_path}/mlflow.db")
+        tracking.log_run(project_root=tmp_path, experiment="e", run_name="r", params={}, history=[], tags={},
+                         artifacts=[], status="DONE", uri=f"sqlite:///{tmp_path}/mlflow.db")
     assert not (tmp_path / "mlflow.db").exists()
 
 
 WORKER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from fedskew import track
+    from fedskew import tracking
     import mlflow.store.tracking.sqlalchemy_store  # the slow imports happen before the start line
     root, index = Path(sys.argv[1]), int(sys.argv[2])
     (root / f"ready{index}").touch()
@@ -195,7 +195,7 @@ WORKER = textwrap.dedent("""
         time.sleep(0.005)
     history = [{"round": r, "accuracy": index + r / 100, "loss": 10.0 - r / 10 + index,
                 "balanced_accuracy": index + r} for r in range(1, 51)]
-    run_id = track.log_run(project_root=root, experiment="race", run_name=f"worker{index}",
+    run_id = tracking.log_run(project_root=root, experiment="race", run_name=f"worker{index}",
                            params={"index": index, "cfg": {"lr": 0.1}}, history=history,
                            tags={"worker": str(index)}, artifacts=[])
     print(run_id)
@@ -206,7 +206,7 @@ def test_concurrent_processes_lose_no_run_or_metric(tmp_path: Path, monkeypatch:
     """Several real processes log at the same moment into one store that does not exist yet."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     n_workers, rounds = 4, 50
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(track.__file__).parents[1]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(tracking.runs.__file__).parents[2]),
                                                         os.environ.get("PYTHONPATH", "")])}
     workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), str(i)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -222,7 +222,7 @@ def test_concurrent_processes_lose_no_run_or_metric(tmp_path: Path, monkeypatch:
     assert [w.returncode for w in workers] == [0] * n_workers, [err for _, err in outputs]
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert track.count_runs(uri, "race") == n_workers
+    assert tracking.count_runs(uri, "race") == n_workers
     client = MlflowClient(tracking_uri=uri)
     run_ids = [out.strip().splitlines()[-1] for out, _ in outputs]
     assert len(set(run_ids)) == n_workers
@@ -251,12 +251,12 @@ def test_experiments_are_model_training_ones_and_runs_carry_their_dataset(tmp_pa
     dataset = {"name": "digits", "sha256": "ab" * 32, "source": "/data/raw/digits/READY.json", "partition": "q2"}
     history = [{"round": 1, "test_acc": 0.5, "train_loss": 1.0, "bytes_up": 10, "test_acc_class0": 0.4,
                 "method_extra": 1.0, "clients": 5}]
-    run_ids = [track.log_run(project_root=tmp_path, experiment=name, run_name="r", params={}, history=history,
-                             tags={track.RUN_KEY_TAG: f"key-{name}"}, artifacts=[], dataset=dataset)
+    run_ids = [tracking.log_run(project_root=tmp_path, experiment=name, run_name="r", params={}, history=history,
+                                tags={tracking.RUN_KEY_TAG: f"key-{name}"}, artifacts=[], dataset=dataset)
                for name in ("fedskew/new", "fedskew/old")]
     # logged again (a backfill after a tracking failure): the same run, one dataset input
-    track.log_run(project_root=tmp_path, experiment="fedskew/new", run_name="r", params={}, history=history,
-                  tags={track.RUN_KEY_TAG: "key-fedskew/new"}, artifacts=[], dataset=dataset)
+    tracking.log_run(project_root=tmp_path, experiment="fedskew/new", run_name="r", params={}, history=history,
+                     tags={tracking.RUN_KEY_TAG: "key-fedskew/new"}, artifacts=[], dataset=dataset)
 
     for name in ("fedskew/new", "fedskew/old"):
         assert client.get_experiment_by_name(name).tags["mlflow.experimentKind"] == "custom_model_development"
@@ -274,12 +274,12 @@ def test_experiments_are_model_training_ones_and_runs_carry_their_dataset(tmp_pa
 
 
 def test_mlflow_metric_sections() -> None:
-    assert [track.mlflow_metric_key(k) for k in ("test_acc", "test_balanced_acc", "test_loss", "train_loss")] == \
+    assert [tracking.mlflow_metric_key(k) for k in ("test_acc", "test_balanced_acc", "test_loss", "train_loss")] == \
         ["accuracy/test_acc", "accuracy/test_balanced_acc", "loss/test_loss", "loss/train_loss"]
-    assert track.mlflow_metric_key("some_new_number") == "some_new_number"
-    assert track.mlflow_metric_key("bytes_down_weights") == "traffic/bytes_down_weights"
-    assert track.mlflow_metric_key("test_acc_class7") == "per_class/test_acc_class7"
-    assert track.mlflow_metric_key("local_after_missing") == "local_drift/local_after_missing"
+    assert tracking.mlflow_metric_key("some_new_number") == "some_new_number"
+    assert tracking.mlflow_metric_key("bytes_down_weights") == "traffic/bytes_down_weights"
+    assert tracking.mlflow_metric_key("test_acc_class7") == "per_class/test_acc_class7"
+    assert tracking.mlflow_metric_key("local_after_missing") == "local_drift/local_after_missing"
 
 
 def test_ui_links_open_each_suite_on_its_runs_table(tmp_path: Path, migrated_store: Path) -> None:
@@ -309,16 +309,16 @@ class _ClashingClient:
 
 
 def test_a_dataset_clash_with_another_job_is_retried(monkeypatch):
-    from fedskew import track
+    from fedskew import tracking
 
-    monkeypatch.setattr(track.time, "sleep", lambda s: None)
+    monkeypatch.setattr(tracking.runs.time, "sleep", lambda s: None)
     client = _ClashingClient(clashes=1)
-    track._log_dataset(client, "run", object())
+    tracking.runs._log_dataset(client, "run", object())
     assert client.calls == 2  # the retry finds the other job's dataset and links it
 
     from mlflow.exceptions import MlflowException
 
     stubborn = _ClashingClient(clashes=10)
     with pytest.raises(MlflowException):
-        track._log_dataset(stubborn, "run", object())
-    assert stubborn.calls == track.DATASET_LOG_TRIES  # bounded
+        tracking.runs._log_dataset(stubborn, "run", object())
+    assert stubborn.calls == tracking.runs.DATASET_LOG_TRIES  # bounded

@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.fetch import CACHE, DatasetCorruptError, SourceFile, cached_tensors, ensure_files, split_problems
+from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
 log = logging.getLogger(__name__)
 

@@ -35,16 +35,8 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from fedskew.data.fetch import (
-    CACHE,
-    DatasetCorruptError,
-    SourceFile,
-    cached_tensors,
-    decode_rgb,
-    ensure_files,
-    split_problems,
-    stack_images,
-)
+from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.tensors import CACHE, cached_tensors, decode_rgb, split_problems, stack_images
 
 NAME = "cinic10"
 ARCHIVE = "CINIC-10.tar.gz"

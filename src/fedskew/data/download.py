@@ -18,15 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedskew.data.fetch import (
-    DatasetCorruptError,
-    DatasetUnavailableError,
-    SourceFile,
-    cached_tensors,
-    ensure_files,
-    scratch_dir,
-    split_problems,
-)
+from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError, SourceFile, ensure_files
+from fedskew.data.files import scratch_dir
+from fedskew.data.tensors import cached_tensors, split_problems
 
 # The errors are re-exported: callers (fedskew.cli) catch them from here.
 __all__ = ["TORCHVISION_DATASETS", "DatasetCorruptError", "DatasetUnavailableError", "RawTensors",

@@ -45,17 +45,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.fetch import (
-    CACHE,
-    MARKER,
-    DatasetCorruptError,
-    DatasetUnavailableError,
-    cached_tensors,
-    digest_of,
-    remove_stale_temporaries,
-    split_problems,
-    tree_digests,
-)
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
+from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
 log = logging.getLogger(__name__)
 

@@ -37,18 +37,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.fetch import (
-    CACHE,
-    MARKER,
-    DatasetCorruptError,
-    DatasetUnavailableError,
-    cached_tensors,
-    digest_of,
-    remove_stale_temporaries,
-    split_problems,
-    stack_images,
-    tree_digests,
-)
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
+from fedskew.data.tensors import CACHE, cached_tensors, split_problems, stack_images
 
 NAME = "imagenet_subset"
 WNIDS = (  # the first 12 ILSVRC-2012 synsets in sorted order (class ids 0-11 of the 1000-class index)

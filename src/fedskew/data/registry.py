@@ -20,16 +20,9 @@ import torch
 # validation reads without importing torch; they are re-exported here for the code that loads data.
 from fedskew import paths
 from fedskew.catalog import DATASET_DEFAULTS, DatasetInfo, dataset_info  # noqa: F401
-from fedskew.data.fetch import (
-    CACHE,
-    DatasetCorruptError,
-    DatasetUnavailableError,
-    file_sha256,
-    read_json,
-    remove_stale_temporaries,
-    save_tensors,
-    write_json_atomic,
-)
+from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.files import file_sha256, read_json, remove_stale_temporaries, save_tensors, write_json_atomic
+from fedskew.data.tensors import CACHE
 
 log = logging.getLogger(__name__)
 

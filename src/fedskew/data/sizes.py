@@ -1,7 +1,7 @@
 """Training-set sizes known before any data exists, for the feasibility checks of params.yaml.
 
 fedskew.config checks every (dataset, partition) pair of every suite with
-fedskew.data.partition.check_feasible before a job runs (5000 clients on 1437 digits fail
+fedskew.data.partitions.check_feasible before a job runs (5000 clients on 1437 digits fail
 there, not in the partition job). These are the numbers it needs, and every one is exact:
 
 * digits and synthetic are computed the way fedskew.data.embedded builds them, without

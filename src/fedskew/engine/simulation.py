@@ -28,7 +28,7 @@ from fedskew.algorithms import ALGORITHMS
 from fedskew.config import ConfigError, RunConfig
 from fedskew.data import registry
 from fedskew.data.augment import make_augmenter
-from fedskew.data.partition import load_partition
+from fedskew.data.partitions import load_partition
 from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedskew.engine.diagnostics import LocalDiagnostics
 from fedskew.engine.evaluate import evaluate

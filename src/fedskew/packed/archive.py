@@ -26,7 +26,7 @@ from pathlib import Path
 
 from fedskew import paths
 from fedskew.config import Params, RunConfig
-from fedskew.data.fetch import scratch_dir
+from fedskew.data.files import scratch_dir
 from fedskew.runfiles import RunFileError, atomic_write_text, read_metrics
 
 FORMAT = "fedskew-runs/1"

@@ -10,7 +10,7 @@ Two things live here and nowhere else:
 
 A judgement is one of three outcomes: the effect lies on the claimed side of the threshold
 (REPRODUCED), entirely on the other side (NOT_REPRODUCED), or the interval straddles the threshold
-or there is a single seed (INCONCLUSIVE). The claims module combines them over a claim's columns,
+or there is a single seed (INCONCLUSIVE). The `verdicts` module combines them over a claim's columns,
 lines and protocols.
 """
 

@@ -1,43 +1,36 @@
-"""MLflow logging at the edge of fedskew: one call per finished (or failed) training run.
+"""MLflow runs, one per fedskew run: followed live while a job trains (`LiveRun`), or logged at once
+from run files (`log_run`, a backfill).
 
-MLflow observes and is never an input, so nothing in the core imports this module and
-``mlflow`` itself is imported lazily inside the functions that need it. Several training
-jobs log to one local SQLite store at once; SQLite plus MLflow's SQLAlchemy store is not
-safe for that (schema creation, experiment creation and writes race or fail with
-"database is locked"), so every access to a local store holds an exclusive ``flock`` on
-``<store>.lock``. Remote tracking servers serialise writes themselves and take no lock.
-
-A kill must never leave a store that later jobs cannot use. MLflow creates its schema
-through a series of migrations that SQLite cannot apply in one transaction, so a kill
-in the middle leaves a half-migrated file. fedskew therefore builds a new store in a
-sibling temporary file and renames it into place (`ensure_store`), and repairs a
-half-migrated store it finds on a copy (or, when the store holds no runs, moves it
-aside and starts afresh). Logging is idempotent per fedskew run id: a retry continues
-the run it finds (same tag ``fedskew.run_id``) instead of adding a second one, and
-metric points carry the run's start time as timestamp, so logging them again adds nothing.
+MLflow observes and is never an input, so nothing in the core imports this package and
+``mlflow`` itself is imported lazily inside the functions that need it. Every write holds the
+store's lock (fedskew.tracking.store). Logging is idempotent per fedskew run id: a retry continues
+the run it finds (same tag ``fedskew.run_id``) instead of adding a second one, and metric points
+carry the run's start time as timestamp, so logging them again adds nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import numbers
-import os
-import shutil
-import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+
+from fedskew.tracking.store import (
+    TrackingStoreError,
+    ensure_store,
+    import_mlflow,
+    local_store_path,
+    store_lock,
+    tracking_uri,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DB_NAME = "mlflow.db"
 RUN_KEY_TAG = "fedskew.run_id"  # one MLflow run per value of this tag
 ERROR_TAG = "fedskew.error"  # why a run ended FAILED or KILLED; cleared when a retry continues it
 MAX_PARAM_VALUE_LEN = 6000  # MLflow's limit on a param value
@@ -50,12 +43,6 @@ DATASET_LOG_TRIES = 3  # attempts to link a run to its dataset (see _log_dataset
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_TAGS_PER_BATCH = 100
 TRUNCATION_MARKER = "...[truncated]"
-_NOISY_LOGGERS = ("alembic", "mlflow.store.db.utils", "mlflow.store.tracking.sqlalchemy_store")
-
-
-def tracking_uri(project_root: Path) -> str:
-    """$MLFLOW_TRACKING_URI if set (e.g. a cluster's server), else a SQLite store in the project."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(project_root).resolve() / DEFAULT_DB_NAME}"
 
 
 def _truncate(value: str, limit: int) -> str:
@@ -103,167 +90,6 @@ def git_state(project_root: Path) -> dict[str, str]:
     status = _git(project_root, "status", "--porcelain", "--untracked-files=no") if commit else None
     dirty = "unknown" if status is None else ("true" if status else "false")
     return {"git.commit": commit or "unknown", "git.dirty": dirty}
-
-
-def _local_store_path(uri: str) -> Path | None:
-    """Path of a local store (SQLite file or file-store directory), None for remote or in-memory stores."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "sqlite":
-        path = uri[len("sqlite:///"):].split("?", 1)[0] if uri.startswith("sqlite:///") else ""
-        return Path(unquote(path)) if path and path != ":memory:" else None
-    if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
-    if parsed.scheme == "":  # a plain path is a file store
-        return Path(uri)
-    return None
-
-
-@contextlib.contextmanager
-def _store_lock(uri: str) -> Iterator[None]:
-    """Hold an exclusive cross-process lock on a local store; no-op for remote servers."""
-    store = _local_store_path(uri)
-    if store is None:
-        yield
-        return
-    store = store.absolute()
-    store.parent.mkdir(parents=True, exist_ok=True)
-    with open(store.with_name(store.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
-        yield
-
-
-class TrackingStoreError(RuntimeError):
-    """A local store is damaged in a way fedskew will not repair by itself; the message says how."""
-
-
-def _sqlite_store_path(uri: str) -> Path | None:
-    store = _local_store_path(uri)
-    return store.absolute() if store is not None and urlparse(uri).scheme == "sqlite" else None
-
-
-def _store_problem(path: Path) -> str | None:
-    """None when `path` is a complete MLflow store at this MLflow's schema, else what is wrong."""
-    import sqlalchemy
-    from mlflow.store.db import utils
-
-    try:
-        # Any read first rolls back a transaction that a kill left in <store>-journal.
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error as error:
-        return f"SQLite cannot read it ({error})"
-    if leftovers := sorted(t for t in tables if t.startswith("_alembic_tmp_")):
-        return f"an interrupted schema migration left {', '.join(leftovers)}"
-    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
-    try:
-        if not utils._all_tables_exist(engine):  # MLflow's own test of a complete schema
-            return "MLflow's tables are incomplete (an interrupted schema creation)"
-        version, head = utils._get_schema_version(engine), utils._get_latest_schema_revision()
-    finally:
-        engine.dispose()
-    return None if version == head else f"schema version {version}, but this MLflow needs {head}"
-
-
-def _run_count(path: Path) -> int:
-    """Runs recorded in a (possibly damaged) store; 0 when there is no readable runs table."""
-    try:
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            return int(db.execute("SELECT count(*) FROM runs").fetchone()[0])
-    except sqlite3.Error:
-        return 0
-
-
-def _migrate(path: Path) -> None:
-    """Create MLflow's schema in `path`, or finish a migration that was interrupted there."""
-    import sqlalchemy
-    from mlflow.store.db import utils
-
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        # A batch migration copies table T to _alembic_tmp_T, drops T, then renames the copy:
-        # a leftover copy is stale while T exists, and is T's only data once T was dropped.
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for leftover in sorted(t for t in tables if t.startswith("_alembic_tmp_")):
-            original = leftover.removeprefix("_alembic_tmp_")
-            db.execute(f'DROP TABLE "{leftover}"' if original in tables
-                       else f'ALTER TABLE "{leftover}" RENAME TO "{original}"')
-        db.commit()
-    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
-    try:
-        if utils._is_empty_database(engine):
-            utils._initialize_tables(engine)
-        else:
-            utils._upgrade_db(engine)
-    finally:
-        engine.dispose()
-
-
-def _drop_pooled_connections(path: Path) -> None:
-    """Close this process's pooled MLflow connections to `path`: they still point at the replaced file."""
-    store_module = sys.modules.get("mlflow.store.tracking.sqlalchemy_store")
-    if store_module is None:
-        return
-    for engine in list(store_module.SqlAlchemyStore._engine_map.values()):
-        if engine.url.database and Path(engine.url.database).absolute() == path:
-            engine.dispose()  # the engine stays usable and opens new connections to the new file
-
-
-def ensure_store(uri: str) -> None:
-    """Make a local SQLite store complete and current, never leaving a half-written one behind.
-
-    Call with the store lock held. A missing or empty store is created in a temporary
-    sibling file and renamed into place, so a kill at any moment leaves either no store or
-    a complete one. A damaged store without runs is moved aside and replaced; one with runs
-    is repaired on a copy that replaces it only once it checks out. Remote servers and file
-    stores are left to themselves.
-    """
-    path = _sqlite_store_path(uri)
-    if path is None:
-        return
-    for stale in path.parent.glob(f".{path.name}.init-*"):  # a killed initialisation's copy (we hold the lock)
-        stale.unlink(missing_ok=True)
-    existing = path.exists() and path.stat().st_size > 0  # SQLite reads an empty file as an empty database
-    problem = _store_problem(path) if existing else None
-    if existing and problem is None:
-        return
-    runs = _run_count(path) if existing else 0
-    if existing:
-        log.warning("MLflow store %s is damaged: %s; %s", path, problem,
-                    "repairing a copy of it" if runs else "it holds no runs, so it is replaced by a new store")
-    tmp = path.with_name(f".{path.name}.init-{os.getpid()}")
-    try:
-        if runs:
-            shutil.copyfile(path, tmp)
-        _migrate(tmp)
-        if (left := _store_problem(tmp)) is not None:
-            raise TrackingStoreError(left)
-        if existing and not runs:
-            aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-            os.replace(path, aside)
-            log.warning("moved the damaged store to %s", aside)
-        os.replace(tmp, path)
-        _drop_pooled_connections(path)
-    except Exception as error:
-        if not existing:
-            raise TrackingStoreError(f"creating the MLflow store {path} failed: {error}") from error
-        raise TrackingStoreError(
-            f"MLflow store {path} is damaged ({problem}) and could not be repaired ({error}). It holds {runs} "
-            f"run(s) and was left as it is. Back it up, then run `mlflow db upgrade sqlite:///{path}`, or move it "
-            f"aside; the run files are intact and `python -m fedskew track --suite <suite>` logs them again."
-        ) from error
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _import_mlflow(uri: str) -> type:
-    """Import MLflow (and, for SQLite, its slow SQLAlchemy store) before taking the lock, so
-    parallel writers spend their CPU-bound import time in parallel, not queued behind each other."""
-    for name in _NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
-    from mlflow.tracking import MlflowClient
-
-    if uri.startswith("sqlite:"):
-        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
-    return MlflowClient
 
 
 def _experiment_id(client: Any, name: str, artifact_location: str | None) -> str:
@@ -407,7 +233,7 @@ class LiveRun:
         return self
 
     def _start(self) -> None:
-        client_class = _import_mlflow(self.uri)
+        client_class = import_mlflow(self.uri)
         from mlflow.entities import Param, RunTag
 
         all_tags = {**git_state(self.project_root), **self.tags}
@@ -416,9 +242,9 @@ class LiveRun:
         params = [Param(k, v) for k, v in flatten_params(self.params).items()]
         tags = [RunTag(k, _truncate(str(v), MAX_TAG_VALUE_LEN)) for k, v in all_tags.items()]
         key = all_tags.get(RUN_KEY_TAG)
-        local = _local_store_path(self.uri) is not None
+        local = local_store_path(self.uri) is not None
         artifact_location = (self.project_root.resolve() / "mlartifacts").as_uri() if local else None
-        with _store_lock(self.uri):
+        with store_lock(self.uri):
             ensure_store(self.uri)
             client = self._client = client_class(tracking_uri=self.uri)
             experiment_id = _experiment_id(client, self.experiment, artifact_location)
@@ -461,7 +287,7 @@ class LiveRun:
 
     def _flush(self) -> None:
         metrics = _metrics(self._pending, self._start_time)
-        with _store_lock(self.uri):
+        with store_lock(self.uri):
             for batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
                 self._client.log_batch(self.run_id, metrics=batch)
         self._pending = []
@@ -476,7 +302,7 @@ class LiveRun:
     def _end(self, status: str, artifacts: list[Path], tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        with _store_lock(self.uri):
+        with store_lock(self.uri):
             if tags:
                 self._client.log_batch(self.run_id, tags=[RunTag(k, _truncate(str(v), MAX_TAG_VALUE_LEN))
                                                           for k, v in tags.items()])
@@ -508,7 +334,7 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
         run.end(status, artifacts)
     except BaseException as exc:  # interrupts too: never leave a half-logged run behind unmarked
         if run.run_id is not None:
-            with contextlib.suppress(Exception), _store_lock(run.uri):
+            with contextlib.suppress(Exception), store_lock(run.uri):
                 run._client.set_terminated(run.run_id, "FAILED")
         if not isinstance(exc, Exception) or isinstance(exc, TrackingStoreError):  # the latter says all
             raise
@@ -521,8 +347,8 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
 
 def recorded_runs(uri: str, experiment: str) -> dict[str, str]:
     """fedskew run id -> MLflow status of the runs in an experiment (FINISHED wins over others)."""
-    client_class = _import_mlflow(uri)
-    with _store_lock(uri):
+    client_class = import_mlflow(uri)
+    with store_lock(uri):
         ensure_store(uri)
         client = client_class(tracking_uri=uri)
         found = client.get_experiment_by_name(experiment)
@@ -547,8 +373,8 @@ def _all_runs(client: Any, experiment_id: str) -> Iterator[Any]:
 
 def fedskew_experiments(uri: str) -> list[tuple[str, str]]:
     """(name, experiment id) of the store's fedskew experiments (`fedskew/<suite>`), by name."""
-    client_class = _import_mlflow(uri)
-    with _store_lock(uri):
+    client_class = import_mlflow(uri)
+    with store_lock(uri):
         client = client_class(tracking_uri=uri)
         found = client.search_experiments(filter_string="name LIKE 'fedskew/%'")
     return sorted((e.name, e.experiment_id) for e in found)
@@ -556,8 +382,8 @@ def fedskew_experiments(uri: str) -> list[tuple[str, str]]:
 
 def count_runs(uri: str, experiment: str) -> int:
     """Number of runs in an experiment (0 if it does not exist); takes the store lock like log_run."""
-    client_class = _import_mlflow(uri)
-    with _store_lock(uri):
+    client_class = import_mlflow(uri)
+    with store_lock(uri):
         ensure_store(uri)
         client = client_class(tracking_uri=uri)
         found = client.get_experiment_by_name(experiment)

@@ -2,8 +2,8 @@
 
 Importing MLflow and its SQLAlchemy store costs about 2 CPU-seconds per process, and every
 batch of metrics costs SQL work; in the job itself that is wall time added to training.
-`SidecarRun` has the interface of `track.LiveRun` that `fedskew train` uses, but runs a
-`LiveRun(strict=False)` in ``python -m fedskew.track_sidecar``, started before the job
+`SidecarRun` has the interface of `fedskew.tracking.LiveRun` that `fedskew train` uses, but runs a
+`LiveRun(strict=False)` in ``python -m fedskew.tracking.worker``, started before the job
 imports torch: MLflow's import, the store's creation and the batches run on another core
 while the job imports torch and trains, and the job waits for the tracker twice at most:
 
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import fedskew
-from fedskew import track
+from fedskew.tracking import runs
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ class SidecarWorker:
         path = [str(Path(fedskew.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
         try:
-            self._process = subprocess.Popen([sys.executable, "-m", "fedskew.track_sidecar"], env=env,
+            self._process = subprocess.Popen([sys.executable, "-m", "fedskew.tracking.worker"], env=env,
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         except OSError as error:
-            self.error = f"starting the tracking worker ({sys.executable} -m fedskew.track_sidecar) failed: {error}"
+            self.error = f"starting the tracking worker ({sys.executable} -m fedskew.tracking.worker) failed: {error}"
             return self
         os.set_blocking(self._process.stdin.fileno(), False)
         return self
@@ -172,7 +172,7 @@ class SidecarWorker:
 
 
 class SidecarRun:
-    """`track.LiveRun`'s interface for one run of a training job, recorded by a `SidecarWorker`.
+    """`LiveRun`'s interface for one run of a training job, recorded by a `SidecarWorker`.
 
     Without `worker`, the run starts its own worker and closes it at its end (a job of one run).
     """
@@ -257,7 +257,7 @@ class _Worker:
 
     def __init__(self, replies: Any) -> None:
         self.replies = replies
-        self.live: track.LiveRun | None = None
+        self.live: runs.LiveRun | None = None
         self.waiting = 0  # metric values received since the last batch
         self.last_batch: float | None = None
 
@@ -270,10 +270,10 @@ class _Worker:
             os._exit(0)
 
     def start(self, command: dict) -> None:
-        self.live = track.LiveRun(project_root=Path(command["project_root"]), experiment=command["experiment"],
-                                  run_name=command["run_name"], params=command["params"], tags=command["tags"],
-                                  uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"],
-                                  dataset=command.get("dataset"))
+        self.live = runs.LiveRun(project_root=Path(command["project_root"]), experiment=command["experiment"],
+                                 run_name=command["run_name"], params=command["params"], tags=command["tags"],
+                                 uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"],
+                                 dataset=command.get("dataset"))
         self.waiting, self.last_batch = 0, None
         self.live.start()
 
@@ -281,7 +281,7 @@ class _Worker:
         self.live.add_rows(command["rows"])
         self.waiting += sum(len(row) - 1 for row in command["rows"])  # all but "round": an upper bound
         first = self.last_batch is None
-        if (first or self.waiting >= track.MAX_METRICS_PER_BATCH
+        if (first or self.waiting >= runs.MAX_METRICS_PER_BATCH
                 or time.monotonic() - self.last_batch >= self.live.flush_every_s):
             self.live.flush()
             self.waiting, self.last_batch = 0, time.monotonic()

@@ -1,0 +1,459 @@
+"""The claims' verdicts: each claim of `claim` judged on the paper's printed numbers and on fedskew's runs.
+
+Second of the claims ledger's three modules (claim ← verdicts ← ledger): it judges numbers and
+writes no text; `ledger` renders what it returns (`evaluate_all`, `proxy_comparisons`,
+`missing_class_evidence`).
+
+Verdicts on fedskew's runs come from paired per-seed effects (method − baseline on the same
+seed) and their 95 % t-interval (`fedskew.reproduce.policy.judge`): **reproduced** when the
+interval lies on the claimed side of the threshold, **not reproduced** when it lies entirely on
+the other side, **inconclusive** when it straddles it or there is one seed. A claim's parts
+(columns, baselines, lines) combine as `combine_parts` says (**partly**: some parts reproduced,
+not all); its protocols (the main one and each sensitivity protocol) as `combine_protocols`
+(**partly**: conclusive protocols disagree: the verdict hangs on a choice the paper leaves silent).
+**not run here** when no cell of the claim has our numbers (the reason is given).
+
+On the paper's printed numbers the same rules give points, not intervals; the ledger sorts each
+claim by cause: it holds; holds only within a stated tolerance; depends on the threshold (fails at
+the policy's value, holds at half or double it); or the paper's table contradicts its prose.
+Proxies (offline settings in the layout) test the *direction* of gap claims with the same
+interval rule and are reported apart, by the setting they ran on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from fedskew.config import Params
+from fedskew.reproduce.claim import CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, load_claims
+from fedskew.reproduce.layouts import CellSpec, Layout, load_layouts
+from fedskew.reproduce.paper_tables import PaperTable, load_paper_table
+from fedskew.reproduce.policy import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_RUN,
+    PARTLY,
+    REPRODUCED,
+    Effect,
+    decimals_for,
+    judge,
+    load_policy,
+    paired_effect,
+    point_effect,
+)
+from fedskew.reproduce.tables import OurCell, our_cells, protocol_label, read_cell
+
+
+# ------------------------------------------------------------------ where the numbers come from
+class CellSource(Protocol):
+    """The numbers of a table's cells: the paper's printed ones, or ours per seed."""
+
+    point: bool      # True: one printed number per cell, compared as points at the printed precision
+    decimals: int    # the paper's printed precision
+
+    def values(self, row: str, column: str) -> dict[int, float] | None:
+        """seed -> value (the paper: {0: printed value}); None where the cell has no number."""
+
+
+@dataclass
+class PaperSource:
+    table: PaperTable
+    point: bool = True
+
+    @property
+    def decimals(self) -> int:
+        return self.table.decimals
+
+    def values(self, row: str, column: str) -> dict[int, float] | None:
+        value = self.table.value(row, column)
+        return None if value is None else {0: value}
+
+
+@dataclass
+class OursSource:
+    cells: dict[tuple[str, str], OurCell]
+    decimals: int
+    point: bool = False
+
+    def values(self, row: str, column: str) -> dict[int, float] | None:
+        cell = self.cells[(row, column)]
+        return dict(cell.seeds) if cell.seeds else None
+
+
+def combined_effect(source: CellSource, terms: list[tuple[float, dict[int, float]]]) -> Effect | None:
+    """The effect Σ coefficient · cell, paired per seed (seeds every cell has), or a printed point."""
+    if source.point:
+        return point_effect(sum(c * v[0] for c, v in terms), source.decimals)
+    common = set.intersection(*(set(v) for _, v in terms))
+    if not common:
+        return None
+    return paired_effect([sum(c * v[k] for c, v in terms) for k in sorted(common)])
+
+
+def _mean(values: dict[int, float]) -> float:
+    return sum(values.values()) / len(values)
+
+
+# ------------------------------------------------------------------ combining verdicts
+def conjunction(verdicts: list[str]) -> str:
+    """Every judgement must hold (one part of a claim: a column against each baseline, a trend line)."""
+    if NOT_REPRODUCED in verdicts:
+        return NOT_REPRODUCED
+    return REPRODUCED if all(v == REPRODUCED for v in verdicts) else INCONCLUSIVE
+
+
+def combine_parts(verdicts: list[str], quantifier: str = "all") -> str:
+    """A claim's verdict from its parts (columns or lines) under the sentence's quantifier.
+
+    all: every part reproduced → reproduced; every part not reproduced → not reproduced; every part
+    inconclusive → inconclusive; some reproduced but not all → partly; none reproduced, some not
+    reproduced → not reproduced (the claim needs every part). most: reproduced when more than half
+    the parts are; not reproduced when at least half are not; else inconclusive.
+    """
+    run = [v for v in verdicts if v != NOT_RUN]
+    if not run:
+        return NOT_RUN
+    if quantifier == "most":
+        if run.count(REPRODUCED) > len(run) / 2:
+            return REPRODUCED
+        return NOT_REPRODUCED if run.count(NOT_REPRODUCED) >= len(run) / 2 else INCONCLUSIVE
+    if len(set(run)) == 1:
+        return run[0]
+    if REPRODUCED in run or PARTLY in run:
+        return PARTLY
+    return NOT_REPRODUCED if NOT_REPRODUCED in run else INCONCLUSIVE
+
+
+def combine_protocols(verdicts: list[str]) -> str:
+    """A claim's overall verdict from its protocols: the conclusive ones when they agree, else partly
+    (the verdict hangs on a choice the paper leaves silent). Inconclusive protocols (one seed, wide
+    intervals) decide nothing; with no conclusive protocol the claim is inconclusive."""
+    run = [v for v in verdicts if v != NOT_RUN]
+    if not run:
+        return NOT_RUN
+    conclusive = [v for v in run if v != INCONCLUSIVE]
+    if not conclusive:
+        return INCONCLUSIVE
+    return conclusive[0] if len(set(conclusive)) == 1 else PARTLY
+
+
+# ------------------------------------------------------------------ one claim on one source
+def evaluate(claim: Claim, source: CellSource, factor: float = 1.0) -> dict:
+    """The claim on one source's numbers, its policy magnitudes scaled by `factor`.
+
+    Returns {verdict, parts | lines, detail?, within_tolerance}; `verdict` is one of VERDICTS (on a
+    paper source never inconclusive: points have no interval)."""
+    if claim.kind in ("gap", "drop"):
+        return _evaluate_gap(claim, source, factor)
+    return _evaluate_trend(claim, source, factor)
+
+
+def _gap_part(claim: Claim, source: CellSource, label: str, subject_terms, baseline_terms: dict,
+              threshold: float) -> dict | None:
+    """One column (or pair) of a gap/drop claim: the subject against every baseline there."""
+    judged = {}
+    for baseline, terms in baseline_terms.items():
+        effect = combined_effect(source, [*subject_terms, *terms])
+        if effect is not None:
+            judged[baseline] = (effect, judge(effect, threshold, claim.rule.ties_hold))
+    if not judged:
+        return None
+    verdict = conjunction([v for _, v in judged.values()])
+    if verdict == NOT_REPRODUCED:  # show the clearest failure
+        deciding = min((b for b, (_, v) in judged.items() if v == NOT_REPRODUCED), key=lambda b: judged[b][0].mean)
+    else:  # show the closest call: the lowest lower bound
+        deciding = min(judged, key=lambda b: (judged[b][0].low if judged[b][0].low is not None
+                                              else judged[b][0].mean))
+    return {"label": label, "verdict": verdict, "vs": deciding, "effect": _effect_record(judged[deciding][0]),
+            "baselines": {b: {"verdict": v, **_effect_record(e)} for b, (e, v) in judged.items()}}
+
+
+def _evaluate_gap(claim: Claim, source: CellSource, factor: float) -> dict:
+    threshold = factor * claim.threshold
+    parts, total = [], 0
+    if claim.kind == "gap":
+        units = [(column, [(column, 1.0)]) for column in claim.columns]
+        sign = claim.sign
+    else:  # drop: value(from) − value(to) per row, smaller is better
+        units = [(f"{a} → {b}", [(a, 1.0), (b, -1.0)]) for a, b in claim.pairs]
+        sign = -1.0
+    for label, columns in units:
+        total += 1
+        subject = [source.values(claim.subject, c) for c, _ in columns]
+        if any(v is None for v in subject):
+            continue
+        subject_terms = [(sign * w, v) for (_, w), v in zip(columns, subject)]
+        baseline_terms = {}
+        for baseline in claim.against:
+            values = [source.values(baseline, c) for c, _ in columns]
+            if all(v is not None for v in values):
+                baseline_terms[baseline] = [(-sign * w, v) for (_, w), v in zip(columns, values)]
+        part = _gap_part(claim, source, label, subject_terms, baseline_terms, threshold)
+        if part is not None:
+            parts.append(part)
+    verdict = combine_parts([p["verdict"] for p in parts], claim.quantifier)
+    out = {"verdict": verdict, "parts": parts, "within_tolerance": False}
+    if parts and len(parts) < total:
+        out["detail"] = f"{len(parts)} of {total} columns run"
+    return out
+
+
+def _line_cells(claim: Claim, line: str) -> list[tuple[str, str]]:
+    if claim.raw.get("along", "columns") == "rows":
+        return [(o, line) for o in claim.order]
+    return [(line, o) for o in claim.order]
+
+
+def _gap_series(claim: Claim, source: CellSource) -> list[list[tuple[float, dict]]] | None:
+    """gap_trend: per column, the terms of sign · (subject − best baseline), the best by mean."""
+    series = []
+    for column in claim.order:
+        subject = source.values(claim.subject, column)
+        baselines = {b: v for b in claim.against if (v := source.values(b, column)) is not None}
+        if subject is None or not baselines:
+            return None
+        best = max(baselines, key=lambda b: claim.sign * _mean(baselines[b]))
+        series.append([(claim.sign, subject), (-claim.sign, baselines[best])])
+    return series
+
+
+def _judge_line(claim: Claim, source: CellSource, series: list[list[tuple[float, dict]]], factor: float,
+                label: str) -> dict | None:
+    """A trend line: its steps and net change (signed so that + is the stated direction), judged by
+    the policy (net on the claimed side, no step against it beyond the tolerance) and strictly."""
+    direction = claim.direction
+
+    def change(i: int, j: int) -> Effect | None:  # direction · (point j − point i)
+        return combined_effect(source, [(direction * c, v) for c, v in series[j]]
+                               + [(-direction * c, v) for c, v in series[i]])
+
+    steps = [change(i, i + 1) for i in range(len(series) - 1)]
+    net = change(0, len(series) - 1)
+    if net is None or any(s is None for s in steps):
+        return None
+    tolerance = factor * load_policy().trend_tolerance
+    net_verdict = judge(net, factor * claim.threshold, claim.rule.ties_hold)
+    step_verdicts = [judge(s, -tolerance, True) for s in steps]  # a step back by at most the tolerance is fine
+    strict = conjunction([judge(s, 0.0, False) for s in steps])
+    verdict = conjunction([net_verdict, *step_verdicts])
+    worst = min(range(len(steps)), key=lambda i: steps[i].mean)
+    # the line's points as printed / as our means (for reading; the judgement uses the paired effects)
+    points = [sum(c * _mean(v) for c, v in terms) for terms in series]
+    return {"label": label, "verdict": verdict, "strict": strict, "series": points, "direction": direction,
+            "net": _effect_record(net), "step_verdicts": step_verdicts,
+            "steps": [_effect_record(s) for s in steps], "worst_step": worst,
+            "within_tolerance": verdict == REPRODUCED and strict != REPRODUCED}
+
+
+def _evaluate_trend(claim: Claim, source: CellSource, factor: float) -> dict:
+    if claim.kind == "gap_trend":
+        candidates = [("gap", _gap_series(claim, source))]
+    else:
+        candidates = []
+        for line in claim.for_each:
+            values = [source.values(r, c) for r, c in _line_cells(claim, line)]
+            candidates.append((line, None if any(v is None for v in values) else [[(1.0, v)] for v in values]))
+    lines = [judged for label, series in candidates if series is not None
+             and (judged := _judge_line(claim, source, series, factor, label)) is not None]
+    verdict = combine_parts([line["verdict"] for line in lines], claim.quantifier)
+    out = {"verdict": verdict, "lines": lines, "within_tolerance": any(line["within_tolerance"] for line in lines),
+           "strict": combine_parts([line["strict"] for line in lines], claim.quantifier)}
+    if lines and len(lines) < len(candidates):
+        out["detail"] = f"{len(lines)} of {len(candidates)} lines run"
+    return out
+
+
+def _effect_record(effect: Effect) -> dict:
+    return {"mean": effect.mean, "low": effect.low, "high": effect.high, "n": None if effect.point else effect.n}
+
+
+
+# ------------------------------------------------------------------ the paper's own numbers
+def paper_status(claim: Claim) -> dict:
+    """The claim on the paper's printed numbers, sorted by cause (`status`):
+
+    - holds;
+    - holds within the stated tolerance (a trend reversal no larger than the tolerance);
+    - depends on the threshold: fails at a magnitude the policy chose, holds at one of its
+      sensitivity multiples (a gap the sentence quotes is not the policy's choice);
+    - the paper's table contradicts its prose;
+    - fails only in a stricter reading than the sentence (`reading: stricter`).
+    """
+    source = PaperSource(load_paper_table(claim.table))
+    result = evaluate(claim, source)
+    if result["verdict"] == REPRODUCED:
+        result["status"] = WITHIN_TOLERANCE if result["within_tolerance"] else HOLDS
+    elif claim.reading == "stricter":
+        result["status"] = STRICTER
+    elif claim.policy_magnitude and any(evaluate(claim, source, f)["verdict"] == REPRODUCED
+                                        for f in load_policy().sensitivity):
+        result["status"] = DEPENDS
+    else:
+        result["status"] = CONTRADICTED
+    return result
+
+
+# ------------------------------------------------------------------ fedskew's runs
+def evaluate_on_ours(claim: Claim, params: Params, protocol: str | None, root: Path = Path("."),
+                     cells: dict | None = None, factor: float = 1.0) -> dict:
+    layout = load_layouts()[claim.table]
+    cells = our_cells(params, layout, protocol, root) if cells is None else cells
+    source = OursSource(cells, layout.table.decimals)
+    result = evaluate(claim, source, factor)
+    used = _claim_cells(claim)
+    result["suites"] = sorted({cells[k].spec.suite for k in used if cells[k].n and cells[k].spec.suite})
+    if result["verdict"] == NOT_RUN:
+        reasons = sorted({cells[k].not_run or "diverged" for k in used if not cells[k].n})
+        more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+        result["reason"] = "; ".join(reasons[:3]) + more
+    return result
+
+
+def _claim_cells(claim: Claim) -> list[tuple[str, str]]:
+    if claim.kind == "gap":
+        return [(r, c) for c in claim.columns for r in (claim.subject, *claim.against)]
+    if claim.kind == "drop":
+        return [(r, c) for pair in claim.pairs for c in pair for r in (claim.subject, *claim.against)]
+    if claim.kind == "gap_trend":
+        return [(r, c) for c in claim.order for r in (claim.subject, *claim.against)]
+    return [cell for line in claim.for_each for cell in _line_cells(claim, line)]
+
+
+# ------------------------------------------------------------------ offline proxies
+def proxy_comparisons(params: Params, root: Path = Path(".")) -> dict:
+    """The direction of every gap claim on each offline proxy setting of its table.
+
+    Returns {"pairs": [...], "claims": [...]}: each pair is one comparison (setting, method,
+    baseline method), with its paired effect and 95 % interval, listed once with every claim it
+    serves; each claim entry is the claim's direction verdict on a setting (every baseline it names
+    that ran there must be behind), citing its pairs. No number appears twice, and none under the
+    label of a paper's dataset.
+    """
+    suites = set(params.reproduce_suites)
+    pairs: dict[tuple, dict | None] = {}
+    verdicts = []
+    for claim in load_claims():
+        if claim.kind != "gap":
+            continue
+        layout = load_layouts()[claim.table]
+        subject = layout.method_of(claim.subject)
+        against = sorted({m for r in claim.against if (m := layout.method_of(r)) is not None} - {subject})
+        for proxy in layout.proxies:
+            if proxy["suite"] not in suites or subject is None or not against:
+                continue
+            setting = (proxy["suite"], proxy["dataset"], proxy["partition"])
+            keys = []
+            for baseline in against:
+                key = (*setting, subject, baseline, claim.sign)
+                if key not in pairs:
+                    pairs[key] = _proxy_pair(params, layout, proxy, subject, baseline, claim.sign, suites, root)
+                if pairs[key] is not None:
+                    pairs[key]["claims"].append(claim.id)
+                    keys.append(key)
+            if keys:
+                ran = [pairs[k] for k in keys]
+                verdicts.append({"claim": claim.id, "setting": ran[0]["setting"], "suite": proxy["suite"],
+                                 "verdict": conjunction([p["verdict"] for p in ran]),
+                                 "against": [p["against"] for p in ran],
+                                 "baselines_missing": sorted(set(against) - {p["against"] for p in ran})})
+    return {"pairs": [p for p in pairs.values() if p is not None], "claims": verdicts}
+
+
+def _proxy_pair(params: Params, layout: Layout, proxy: dict, subject: str, baseline: str, sign: float,
+                suites: set[str], root: Path) -> dict | None:
+    """One proxy comparison: `subject` against `baseline` on the proxy's setting, the direction only."""
+    available = {cfg.method for cfg in params.suite_runs(proxy["suite"])
+                 if (cfg.dataset, cfg.partition) == (proxy["dataset"], proxy["partition"])}
+    if subject not in available or baseline not in available:
+        return None
+
+    def values(method: str) -> dict[int, float] | None:
+        cell = read_cell(params, CellSpec(proxy["suite"], proxy["dataset"], proxy["partition"], method),
+                         layout.metric, suites, root)
+        return dict(cell.seeds) or None
+
+    mine, theirs = values(subject), values(baseline)
+    if mine is None or theirs is None:
+        return None
+    effect = combined_effect(OursSource({}, layout.table.decimals), [(sign, mine), (-sign, theirs)])
+    if effect is None:
+        return None
+    seeds = len(set(mine) & set(theirs))
+    # The direction only, ahead (> 0), whatever the claim's threshold or tie rule: a proxy's
+    # magnitudes do not carry over to the paper's setting.
+    verdict = judge(effect, 0.0, ties_hold=False)
+    return {"suite": proxy["suite"], "dataset": proxy["dataset"], "partition": proxy["partition"],
+            "setting": f"{proxy['label']}, {seeds} seed{'s' if seeds != 1 else ''}",
+            "subject": subject, "against": baseline, "better": "lower" if sign < 0 else "higher",
+            "metric": layout.metric, "verdict": verdict, "effect": _effect_record(effect),
+            "places": decimals_for(_mean(mine), layout.table.decimals), "claims": []}
+
+
+# ------------------------------------------------------------------ the whole ledger
+def evaluate_all(params: Params, root: Path = Path(".")) -> list[dict]:
+    records = []
+    cells_cache: dict[tuple[str, str | None], dict] = {}
+
+    def cells_of(table: str, protocol: str | None) -> dict:
+        if (table, protocol) not in cells_cache:
+            cells_cache[(table, protocol)] = our_cells(params, load_layouts()[table], protocol, root)
+        return cells_cache[(table, protocol)]
+
+    policy = load_policy()
+    for claim in load_claims():
+        layout = load_layouts()[claim.table]
+        protocols = {protocol_label(p): evaluate_on_ours(claim, params, p, root, cells_of(claim.table, p))
+                     for p in (None, *layout.protocols)}
+        paper = paper_status(claim)
+        record = {
+            "id": claim.id, "paper": claim.paper, "section": claim.section, "table": claim.table,
+            "statement": claim.statement, "quote": claim.quote, "kind": claim.kind, "word": claim.word,
+            "rule": claim.rule.rule, "threshold": claim.threshold, "ties_hold": claim.rule.ties_hold,
+            "quantifier": claim.quantifier, "reading": claim.reading, "reading_note": claim.raw.get("reading_note"),
+            "better": claim.raw.get("better", "higher"), "metric": layout.metric,
+            "decimals": layout.table.decimals, "paper_note": claim.raw.get("paper_note"),
+            "on_paper": paper, "ours": protocols,
+            "verdict": combine_protocols([r["verdict"] for r in protocols.values()]),
+        }
+        if claim.threshold_bearing:
+            main_cells = cells_of(claim.table, None)
+            record["threshold_sensitivity"] = {
+                str(f): {"paper": evaluate(claim, PaperSource(layout.table), f)["verdict"],
+                         "ours": evaluate_on_ours(claim, params, None, root, main_cells, f)["verdict"]}
+                for f in policy.sensitivity}
+        records.append(record)
+    return records
+
+
+# ------------------------------------------------------------------ missing classes
+# The three readings of a class a client lacks (fedskew.fl.losses.MISSING_CLASS_TREATMENTS), per method.
+MISSING_CLASS_METHODS = {
+    "FedLC": {"mask": "fedlc", "floor": "fedlc_floor", "global": "fedlc_global"},
+    "FedLogit": {"mask": "fedlogit", "floor": "fedlogit_floor", "global": "fedlogit_global"},
+    "FedED": {"mask": "feded", "floor": "feded_floor", "global": "feded_global"},
+    "SCALA": {"mask": "scala", "floor": "scala_floor", "global": "scala_global"},
+}
+
+
+def missing_class_evidence(params: Params, root: Path = Path(".")) -> list[dict]:
+    """Every missing-class option of every count-calibrated method on every reproduced setting that ran it."""
+    suites = set(params.reproduce_suites)
+    out = []
+    for suite in params.reproduce_suites:
+        settings = sorted({(c.dataset, c.partition) for c in params.suite_runs(suite)})
+        methods = {c.method for c in params.suite_runs(suite)}
+        for dataset, partition in settings:
+            for family, options in MISSING_CLASS_METHODS.items():
+                present = {o: m for o, m in options.items() if m in methods}
+                if len(present) < 2:
+                    continue
+                row = {"suite": suite, "dataset": dataset, "partition": partition, "method": family}
+                for option, method in [("FedAvg", "fedavg"), *present.items()]:
+                    if method not in methods:
+                        continue
+                    cell = read_cell(params, CellSpec(suite, dataset, partition, method), "final_acc", suites, root)
+                    row[option] = cell.text()
+                out.append(row)
+    return out

@@ -1,0 +1,30 @@
+"""MLflow tracking at the edge of fedskew: it observes the run files, and is never an input to a result.
+
+- `store`: where the MLflow store is (`tracking_uri`), the lock every local writer holds, and the store's
+  kill-safe creation and repair.
+- `runs`: one MLflow run per fedskew run, followed live while a job trains (`LiveRun`) or logged at once
+  from its run files (`log_run`), idempotent per fedskew run id.
+- `worker`: the job's tracking worker process (`python -m fedskew.tracking.worker`), which runs the
+  `LiveRun`s beside the training so that MLflow's import and SQL work stay off the training's core.
+
+The names below are the package's interface. Only the training job (fedskew.job) and the commands that read
+the store import it; MLflow itself is imported lazily, inside the functions that need it.
+"""
+
+from fedskew.tracking.runs import (
+    ERROR_TAG,
+    RUN_KEY_TAG,
+    LiveRun,
+    count_runs,
+    fedskew_experiments,
+    flatten_params,
+    git_state,
+    log_run,
+    mlflow_metric_key,
+    recorded_runs,
+)
+from fedskew.tracking.store import TrackingStoreError, ensure_store, sqlite_store_path, tracking_uri
+
+__all__ = ["ERROR_TAG", "RUN_KEY_TAG", "LiveRun", "TrackingStoreError", "count_runs", "ensure_store",
+           "fedskew_experiments", "flatten_params", "git_state", "log_run", "mlflow_metric_key", "recorded_runs",
+           "sqlite_store_path", "tracking_uri"]
