@@ -8,10 +8,11 @@
 # gets a thin ./.venv (a few KB) that layers the clone's own src/ on top of the shared
 # environment. Re-running is cheap: nothing is rebuilt unless the lock file changed.
 #
-# torch and torchvision must come from the same index: this machine's pip config
-# points at a local CPU-only torch wheel, and mixing it with torchvision from PyPI
-# gives "operator torchvision::nms does not exist". We therefore ignore local pip
-# configuration and wheel folders and install the exact pins of requirements.lock.
+# torch and torchvision must come from the same index: a machine's pip configuration
+# may point at another index or a folder of wheels (a CPU-only torch, say), and mixing
+# such a torch with torchvision from PyPI gives "operator torchvision::nms does not
+# exist". We therefore ignore local pip configuration and wheel folders and install
+# the exact pins of requirements.lock.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
