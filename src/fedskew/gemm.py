@@ -252,5 +252,15 @@ def portable_layers(model: nn.Module) -> nn.Module:
     return model
 
 
+def plain_layers(model: nn.Module) -> nn.Module:
+    """The inverse of `portable_layers`, in place: torch's own forward again, for tools that trace torch's
+    operations (a FLOP count sees no product computed in numpy). Returns the model."""
+    plain = {portable: torch_layer for torch_layer, portable in _PORTABLE.items()}
+    for layer in model.modules():
+        if type(layer) in plain:
+            layer.__class__ = plain[type(layer)]
+    return model
+
+
 def uses_portable_layers(model: nn.Module) -> bool:
     return any(isinstance(layer, (PortableLinear, PortableConv2d)) for layer in model.modules())

@@ -6,20 +6,33 @@ epochs for federated methods; rounds × local iterations × server batch for spl
 the model's forward FLOPs per sample counted by `torch.utils.flop_counter` (a backward pass
 is counted as two forwards), and evaluation passes over the test set. GPU-hours divide that
 by an **assumed** sustained throughput (`ASSUMED_GPU_TFLOPS`), not a measured one: an
-estimate to plan with. Method-specific extra passes (a teacher's forward in FedNTD/FedED/MOON,
+estimate to plan with. CPU-hours divide it by a **measured** rate, for the models and datasets
+whose rate has been measured on a CPU (`CPU_RATES`, benchmarks/cpu_rate.py): the runs a CPU
+trains in minutes say so. Method-specific extra passes (a teacher's forward in FedNTD/FedED/MOON,
 FedSAM's second gradient) are not counted and can add up to ~2×.
 `benchmarks/round_time.py --device auto` measures the real per-round cost on a GPU. The
-last columns count the runs this project trains (`reproduce.suites`) and name the suites.
+last columns say where each table's data comes from, count the runs this project trains
+(`reproduce.suites`) and name the suites.
 """
-
 from __future__ import annotations
 
 from functools import cache
 
+from fedskew.catalog import SOURCES
 from fedskew.config import Params
+from fedskew.data import sources
 from fedskew.reproduce.layouts import load_layouts
 
 ASSUMED_GPU_TFLOPS = 10.0  # sustained fp32 on small models: well under an H100's peak (assumption)
+
+# GFLOP of `run_flops` per CPU-second, under the portable CPU kernels on one thread, by (model, source):
+# benchmarks/cpu_rate.py, one whole FedAvg run each (2026-11-26, a 2-core Intel Xeon with AVX-512; see
+# benchmarks/README.md). A model on another source has other shapes, so no rate is assumed for it.
+CPU_RATES = {
+    ("flfcr_mlp", "mnist"): 46.7,  # FL-FCR's MLP, 10 rounds: 6.33 TFLOP in 135 CPU-s
+    ("flfcr_mlp", "adult"): 29.3,  # the same MLP on Adult's 105 features: 1.30 TFLOP in 44 CPU-s
+    ("fed_dnn", "mnist"): 35.1,    # FedED's DNN, 50 rounds of 5 epochs: 17.9 TFLOP in 511 CPU-s
+}
 
 # Training / test set sizes of every source (fixed by the datasets; FEMNIST with 100 LEAF writers
 # is about 100 × 227 samples, 90/10 per writer; ImageNet-subset 12 classes × 1300 / × 50).
@@ -52,10 +65,11 @@ def forward_flops(model: str, dataset_spec_items: tuple) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     from fedskew.data.registry import dataset_info
+    from fedskew.gemm import plain_layers
     from fedskew.models import build_model
 
     info = dataset_info(dict(dataset_spec_items))
-    net = build_model(model, info).eval()
+    net = plain_layers(build_model(model, info)).eval()  # torch's own products, which the counter sees
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         net(torch.zeros(2, *info.input_shape))
     return max(1, counter.get_total_flops() // 2)
@@ -73,7 +87,19 @@ def run_flops(cfg) -> float:
     return 3.0 * per_sample * train + per_sample * test_size * evaluations
 
 
-def table_cost(params: Params, table_id: str) -> dict:
+def data_origin(source: str) -> str:
+    """Where a source's files come from, in the words of the cost table."""
+    if SOURCES[source].arrives == "embedded":
+        return "embedded"
+    if source in sources.REGISTRY_PACKAGES:
+        return f"registry package {sources.REGISTRY_PACKAGES[source].name}"
+    if source in sources.OS_PACKAGES:
+        return f"OS package {sources.OS_PACKAGES[source].name} or a download"
+    return "placed by hand" if SOURCES[source].arrives == "by hand" else "download"
+
+
+def table_runs(params: Params, table_id: str) -> dict[str, object]:
+    """The distinct runs (run id -> configuration) the table's cells name, in every protocol."""
     layout = load_layouts()[table_id]
     runs = {}
     for row in (*layout.table.rows, *layout.extra_rows):
@@ -85,19 +111,31 @@ def table_cost(params: Params, table_id: str) -> dict:
                 for cfg in params.suite_runs(spec.suite):
                     if (cfg.dataset, cfg.partition, cfg.method) == (spec.dataset, spec.partition, spec.method):
                         runs[cfg.run_id] = cfg
-    flops = sum(run_flops(cfg) for cfg in runs.values())
+    return runs
+
+
+def table_cost(params: Params, table_id: str) -> dict:
+    runs = table_runs(params, table_id)
+    flops = {run_id: run_flops(cfg) for run_id, cfg in runs.items()}
+    on_cpu = {run_id: CPU_RATES.get((cfg.training["model"], cfg.dataset_spec["source"]))
+              for run_id, cfg in runs.items()}
     here = set(params.reproduce_suites)
-    return {"table": table_id, "runs": len(runs), "pflop": flops / 1e15,
-            "gpu_hours": flops / (ASSUMED_GPU_TFLOPS * 1e12) / 3600,
+    return {"table": table_id, "runs": len(runs), "pflop": sum(flops.values()) / 1e15,
+            "gpu_hours": sum(flops.values()) / (ASSUMED_GPU_TFLOPS * 1e12) / 3600,
+            "cpu_runs": sum(rate is not None for rate in on_cpu.values()),
+            "cpu_hours": sum(flops[run_id] / (rate * 1e9) / 3600 for run_id, rate in on_cpu.items() if rate),
+            "data": sorted({data_origin(cfg.dataset_spec["source"]) for cfg in runs.values()}),
             "runs_here": sum(cfg.suite in here for cfg in runs.values()),
             "suites": sorted({cfg.suite for cfg in runs.values()})}
 
 
 def cost_markdown(params: Params) -> str:
     lines = [f"| table | runs | training + evaluation (PFLOP) | GPU-hours at {ASSUMED_GPU_TFLOPS:g} TFLOP/s "
-             "(estimate) | of which run here (reproduce.suites) | suites |", "|---|---|---|---|---|---|"]
+             "(estimate) | CPU-hours at the measured rate (runs it covers) | data from | of which run here "
+             "(reproduce.suites) | suites |", "|---|---|---|---|---|---|---|---|"]
     for table_id in load_layouts():
         c = table_cost(params, table_id)
-        lines.append(f"| {table_id} | {c['runs']} | {c['pflop']:.3g} | {c['gpu_hours']:.3g} | "
-                     f"{c['runs_here']} | {', '.join(c['suites']) or '—'} |")
+        cpu = f"{c['cpu_hours']:.3g} ({c['cpu_runs']} of {c['runs']})" if c["cpu_runs"] else "—"
+        lines.append(f"| {table_id} | {c['runs']} | {c['pflop']:.3g} | {c['gpu_hours']:.3g} | {cpu} | "
+                     f"{'; '.join(c['data']) or '—'} | {c['runs_here']} | {', '.join(c['suites']) or '—'} |")
     return "\n".join(lines)
