@@ -14,6 +14,7 @@ FedSAM's second gradient) are not counted and can add up to ~2×.
 last columns say where each table's data comes from, count the runs this project trains
 (`reproduce.suites`) and name the suites.
 """
+
 from __future__ import annotations
 
 from functools import cache
