@@ -59,7 +59,6 @@ LATER_OPTIONS = {"missing_classes": "mask"}
 # The same for training settings: `execution` (vectorised clients), `precision` and `optimizer` came after
 # the published runs.
 LATER_TRAINING_OPTIONS = {"execution": "sequential", "precision": "fp32", "optimizer": "sgd"}
-PARTITION_DEFAULTS: dict[str, dict[str, Any]] = {"dirichlet": {"min_size": 10, "max_redraws": 1000}}
 
 
 class ConfigError(ValueError):
@@ -264,8 +263,10 @@ class Params:
         return {**DATASET_DEFAULTS[spec["source"]], **spec}
 
     def partition_spec(self, partition: str) -> dict:
+        from fedskew.data.partitions import SCHEME_DEFAULTS  # each scheme's file holds its defaults
+
         spec = self.raw["partitions"][partition]
-        return {**PARTITION_DEFAULTS.get(spec["scheme"], {}), **spec}
+        return {**SCHEME_DEFAULTS.get(spec["scheme"], {}), **spec}
 
     def method_spec(self, method: str) -> dict:
         spec = self.raw["methods"].get(method, {"algorithm": method})
@@ -404,7 +405,7 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
     download (fedskew.data.sizes). The others are checked by the partition job.
     """
     from fedskew.data import sizes
-    from fedskew.data.partitions import PartitionError, check_feasible
+    from fedskew.data.partitions import SCHEME_DEFAULTS, PartitionError, check_feasible
 
     problems, unsplittable = [], set()
     for name, spec in raw["datasets"].items():
@@ -422,7 +423,7 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
         n = sizes.train_size(spec)
         if n is None or scheme == "natural" or dataset in unsplittable:  # natural: no parameters, fit checked above
             continue
-        params = {k: v for k, v in {**PARTITION_DEFAULTS.get(scheme, {}), **raw["partitions"][partition]}.items()
+        params = {k: v for k, v in {**SCHEME_DEFAULTS.get(scheme, {}), **raw["partitions"][partition]}.items()
                   if k != "scheme"}
         num_classes = dataset_info(spec).num_classes
         try:
