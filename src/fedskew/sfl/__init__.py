@@ -4,7 +4,7 @@ Discovered like the federated ones (fedskew.fl): adding a method is adding a fil
 that subclasses `SplitAlgorithm` and sets `name`.
 """
 
-from fedskew.fl import discover
+from fedskew.discovery import discover
 from fedskew.sfl.base import SplitAlgorithm
 
 SPLIT_ALGORITHMS: dict[str, type[SplitAlgorithm]] = dict(sorted(

@@ -1,8 +1,8 @@
 """What every partition scheme shares: the `Scheme` base class, the `Partition` record, `PartitionError`,
 and what more than one scheme draws with (`class_indices`; `DealtSets`, the base of quantity and shards).
 
-A `Scheme` subclass that sets its own ``name`` is registered under it as its module is imported
-(fedskew.data.partitions.registry imports every scheme module of the package).
+A `Scheme` subclass that sets its own ``name`` in a module of the package is registered under that name
+(fedskew.data.partitions.registry).
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-
-REGISTERED: dict[str, type[Scheme]] = {}
-"""Every scheme class by name, in the order their modules were imported (see fedskew.data.partitions.registry)."""
 
 
 class PartitionError(ValueError):
@@ -67,13 +64,6 @@ class Scheme:
     """Defaults of the optional parameters."""
     drops_empty_clients: ClassVar[bool] = False
     """Whether a client that receives no sample is dropped (a gap in given ids) rather than refused."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" in vars(cls):
-            if cls.name in REGISTERED:
-                raise RuntimeError(f"two partition schemes are named {cls.name!r}: {REGISTERED[cls.name]} and {cls}")
-            REGISTERED[cls.name] = cls
 
     @classmethod
     def normalise(cls, params: dict[str, Any], n: int, dataset: str) -> dict[str, Any]:

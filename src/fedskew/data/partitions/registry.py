@@ -1,31 +1,27 @@
 """The partition schemes by name: every module of this package but the shared ones holds one scheme.
 
-Importing a scheme module defines its `Scheme` subclass, which registers itself (fedskew.data.partitions.base).
+Each is imported, and its `Scheme` subclass that sets ``name`` registered (fedskew.discovery, as for methods).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedskew.data.partitions.base import REGISTERED, Scheme
+from fedskew.data.partitions.base import Scheme
+from fedskew.discovery import discover
 
 # The modules of shared code; every other module holds a scheme. (build imports this module, so it
 # must not be imported from here.)
 _SHARED = {"base", "build", "heatmap", "registry", "store"}
 
-for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
-    if _module.name not in _SHARED:
-        importlib.import_module(f"fedskew.data.partitions.{_module.name}")
-
 SchemeFn = Callable[..., list[np.ndarray]]
 
-SCHEME_CLASSES: dict[str, type[Scheme]] = dict(sorted(REGISTERED.items()))
+SCHEME_CLASSES: dict[str, type[Scheme]] = dict(sorted(
+    discover(__package__, [str(Path(__file__).parent)], Scheme, _SHARED).items()))
 """Scheme name -> its class (parameters, feasibility rules, draw)."""
 
 SCHEMES: dict[str, SchemeFn] = {name: cls.sample for name, cls in SCHEME_CLASSES.items()}
