@@ -64,10 +64,7 @@ RECIPE = 2
 # - logreg: its products are batch × features × classes (10 × 60 × 10 on Synthetic), where a call
 #   into numpy costs more than the product, and recipe 1 already runs it at native speed
 #   (benchmarks/cpu_kernels.py);
-# - cnn: the digits CNN of the committed default, methods and split suites. It moves to recipe 2
-#   together with the rebuild of those suites' tables, in one go, so that until then every committed
-#   number still rebuilds byte for byte from params.yaml (recipe 2 gives it other bits).
-RECIPE_1_MODELS = frozenset({"logreg", "cnn"})
+RECIPE_1_MODELS = frozenset({"logreg"})
 
 
 def kernel_recipe(model: str) -> int:
