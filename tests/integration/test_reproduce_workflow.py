@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -9,7 +10,11 @@ import shutil
 import pytest
 import yaml
 
+from fedskew import paths
+from fedskew.config import load_params
+from fedskew.packed.archive import ship
 from fedskew.reproduce.paper_tables import paper_table_ids
+from fedskew.runfiles import write_run_files
 from tests.conftest import REPO, venv_bin
 from tests.integration.test_workflow import make_copy, run
 
@@ -22,21 +27,40 @@ def test_the_shipped_ledger_target_plans_training_of_reproduce_suites_only(tmp_p
     result = run([venv_bin("snakemake"), "-n", "results/claims.md"], root)
     assert result.returncode == 0, result.stderr[-3000:]
     plan = result.stdout
-    trained = set(re.findall(r"wildcards: suite=([^,]+),", plan))
-    reproduce = set(yaml.safe_load((REPO / "params.yaml").read_text())["reproduce"]["suites"])
-    assert trained and trained <= reproduce  # never a download-and-GPU suite such as fedlc_table
+    trained = set(re.findall(r"wildcards: suite=([^,\n]+), dataset", plan))
+    reproduce = yaml.safe_load((REPO / "params.yaml").read_text())["reproduce"]
+    assert trained and trained <= set(reproduce["suites"])  # never a download-and-GPU suite such as fedlc_table
+    imported = set(re.findall(r"rule import_suite:\n(?:.*\n)*?\s+wildcards: suite=(\S+)", plan))
+    assert imported == set(reproduce.get("imported", []))  # their committed archives, imported, not trained
     assert plan.count("rule paper_table:") == len(paper_table_ids()) == 25
 
 
 def test_ledger_and_paper_tables_build_from_a_tiny_suite(tmp_path, tiny_params) -> None:
     # A suite the layouts do not name: every cell reads "not run", every claim "not run here",
     # and the targets still build (no download, no error) after training what reproduce lists.
+    # A second suite, trained elsewhere, arrives as a committed archive (reproduce.imported) and is
+    # imported into results/runs/ before the tables, never trained here.
     tiny_params["suites"]["tiny"]["seeds"] = [0]
-    tiny_params["reproduce"] = {"suites": ["tiny"]}
+    tiny_params["suites"]["elsewhere"] = copy.deepcopy(tiny_params["suites"]["tiny"])
+    tiny_params["training"]["elsewhere"] = copy.deepcopy(tiny_params["training"]["tiny"])
+    tiny_params["reproduce"] = {"suites": ["tiny"], "imported": ["elsewhere"]}
     root = make_copy(tmp_path, tiny_params)
+    elsewhere = load_params(root / "params.yaml").runs(["elsewhere"])
+    trained_there = tmp_path / "gpu-machine"
+    for cfg in elsewhere:
+        write_run_files(cfg, [{"round": 1, "test_acc": 0.5, "test_loss": 1.0}],
+                        {"status": "finished", "final_acc": 0.5, "final_loss": 1.0}, trained_there)
+    ship(elsewhere, root / "results/imported/elsewhere", trained_there)
     result = run([venv_bin("snakemake"), "--cores", "2", "results/claims.md"], root, FEDSKEW_TRACKING="0")
     assert result.returncode == 0, result.stderr[-3000:]
     assert (root / "results/runs/tiny/digits/q2/fedlc/seed0/metrics.json").exists()
+    assert (root / "results/runs/elsewhere/IMPORTED").exists()
+    for cfg in elsewhere:  # the archive's bytes, placed as they were
+        for name in ("config.yaml", "history.csv", "metrics.json"):
+            here, there = (r / cfg.path(paths.RUN_DIR) / name for r in (root, trained_there))
+            assert here.read_bytes() == there.read_bytes()
+    trained = set(re.findall(r"wildcards: suite=([^,\n]+), dataset", result.stdout + result.stderr))
+    assert trained == {"tiny"}  # the imported suite is never trained here
     for table in paper_table_ids():
         assert (root / f"results/papers/{table}.md").exists(), table
     ledger = json.loads((root / "results/claims.json").read_text())

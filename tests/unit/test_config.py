@@ -85,6 +85,10 @@ BAD_INPUTS = [
      ["partitions.dir0.5.min_size", "0", ">= 1"]),
     ("reproduce names an undefined suite", lambda p: p.update(reproduce={"suites": ["ghost"]}),
      ["reproduce.suites[0]", "'ghost'"]),
+    ("reproduce imports an undefined suite", lambda p: p.update(reproduce={"suites": ["tiny"], "imported": ["ghost"]}),
+     ["reproduce.imported[0]", "'ghost'"]),
+    ("a suite both trained and imported", lambda p: p.update(reproduce={"suites": ["tiny"], "imported": ["tiny"]}),
+     ["reproduce.imported[0]", "'tiny' is also in reproduce.suites", "remove it from one list"]),
     # Anything listed twice is named with both positions (a suite defined twice is a duplicate
     # YAML key: test_a_key_written_twice_...).
     ("suite listed twice in run.suites", lambda p: p["run"].update(suites=["tiny", "tiny"]),

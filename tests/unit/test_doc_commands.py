@@ -23,7 +23,8 @@ INLINE_PREFIXES = ("make ", "python -m fedskew ", "snakemake ", ".venv/bin/pytho
 EXTERNAL = {"dvc": {"repro", "status", "push", "pull", "commit", "remote", "metrics", "plots", "dag", "init"},
             "mlflow": {"ui", "server"}, "apt-get": {"install", "update"}, "git": None, "cd": None, "source": None,
             "export": None, "pip": None, "docker": None, "kubectl": None, "sbatch": None, "squeue": None,
-            "sacct": None, "sinfo": None, "scancel": None, "scontrol": None, "qemu-x86_64": None}
+            "sacct": None, "sinfo": None, "scancel": None, "scontrol": None, "qemu-x86_64": None,
+            "mkdir": None, "cp": None}
 
 
 def shell_commands() -> list[tuple[str, str]]:

@@ -163,7 +163,7 @@ def test_paper_values_are_the_main_protocol_cells_of_the_suite() -> None:
     assert paper_values("fedlc_t4_p1") == {}
     assert ("synthetic_1_1", "natural", "fedlc_floor") not in values
     # a run two tables print with different values gets both; with equal values, one
-    assert sorted(m.value for m in paper_values("flfcr_table")[("mnist", "dir0.05", "flfcr")]) == [65.34, 74.16]
+    assert sorted(m.value for m in paper_values("flfcr_mnist")[("mnist", "dir0.05", "flfcr")]) == [65.34, 74.16]
     assert len(paper_values("feded_table")[("cifar10", "dir0.05", "fedavg")]) == 1
 
 

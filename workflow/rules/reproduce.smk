@@ -1,7 +1,9 @@
 # The papers' tables in their own layout (ours beside the paper's values) and the claims ledger,
-# from the run files of the suites under `reproduce.suites` in params.yaml. Cells of any other suite
-# read "not run: <reason>", so these targets never start a download or a GPU job. Both go into
-# `snakemake --report` (category "papers"); `report_all` below gathers everything built for it.
+# from the run files of the suites under `reproduce.suites` in params.yaml, and of the suites under
+# `reproduce.imported`, whose runs were trained elsewhere (a GPU) and are committed as archives in
+# results/imported/<suite>/ (docs/gpu.md). Cells of any other suite read "not run: <reason>", so these
+# targets never start a download or a GPU job. Both go into `snakemake --report` (category "papers");
+# `report_all` below gathers everything built for it.
 from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.paper_tables import paper_table_ids
 
@@ -14,9 +16,34 @@ def reproduction_runs(suites):
     return [str(cfg.path(template)) for cfg in P.runs(wanted) for template in (paths.RUN_METRICS, paths.RUN_HISTORY)]
 
 
+def imported_marks(suites):
+    """The marks that the committed archives of the listed suites that `reproduce.imported` names are imported."""
+    return [paths.IMPORTED.format(suite=s) for s in sorted(suites) if s in P.imported_suites]
+
+
+def suite_archives(suite):
+    return sorted(str(p) for p in Path(paths.IMPORTED_ARCHIVES.format(suite=suite)).glob("*.tar.gz"))
+
+
+# Verifies every archive of the suite, then adds its runs to results/runs/ (a run already there with the
+# same bytes is skipped; one with other bytes is refused: `fedskew packed import`) and logs them to MLflow.
+rule import_suite:
+    input:
+        archives=lambda w: suite_archives(w.suite),
+    output:
+        touch(paths.IMPORTED.format(suite="{suite}")),
+    log:
+        "logs/import/{suite}.log",
+    params:
+        archives=lambda w, input: " ".join(input.archives),
+    shell:
+        'if [ -n "{params.archives}" ]; then {PY} -m fedskew packed import {params.archives} 2> {log}; fi'
+
+
 rule paper_table:
     input:
         runs=lambda w: reproduction_runs(load_layouts()[w.table].suites()),
+        imported=lambda w: imported_marks(load_layouts()[w.table].suites()),
         transcription=str(REPRODUCE_DIR / "papers" / "{table}.yaml"),
         layouts=sorted(str(p) for p in (REPRODUCE_DIR / "layouts").glob("*.yaml")),
     output:
@@ -33,6 +60,7 @@ rule claims:
     input:
         tables=[paths.PAPER_TABLE.format(table=t, ext="md") for t in paper_table_ids()],
         runs=reproduction_runs(P.reproduce_suites),
+        imported=imported_marks(P.imported_suites),
         claims=sorted(str(p) for p in (REPRODUCE_DIR / "claims").glob("*.yaml")),
         policy=str(REPRODUCE_DIR / "policy.yaml"),   # the words and their thresholds
     output:

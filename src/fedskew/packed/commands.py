@@ -46,6 +46,10 @@ def cmd_run(params: Params, args: argparse.Namespace) -> None:
           f"{line['wall_s']:.0f} s on {summary.device_name} ({summary.precision}); about {line['pflop']} PFLOP, "
           f"{line['tflops']} TFLOP/s sustained{mfu}; {summary.runs_per_hour(rounds_per_run):.3g} runs per "
           f"device-hour at this pace", flush=True)
+    need = summary.seconds_to_finish_paused()
+    if need is not None:
+        print(f"packed: the paused runs need up to {need:.0f} s more at this pace; a piece at least that long "
+              "(plus the start) finishes them where the machine keeps their checkpoints", flush=True)
     done = sum(run_state(cfg) == "finished" for cfg in runs)
     print(f"packed: {done} of {len(runs)} selected runs finished", flush=True)
     if line["failed"]:

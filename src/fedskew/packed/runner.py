@@ -67,6 +67,7 @@ class RunEvent:
     seconds: float = 0.0
     flops: float = 0.0    # estimated FLOPs of the rounds done (reproduce.cost.run_flops, pro rata)
     error: str = ""
+    rounds_total: int = 0  # the rounds the whole run has
 
 
 @dataclass
@@ -89,6 +90,12 @@ class PieceSummary:
     def tflops(self) -> float:
         """Sustained TFLOP/s over the piece's wall time (estimated model FLOPs, all workers together)."""
         return sum(e.flops for e in self.events) / max(self.wall_s, 1e-9) / 1e12
+
+    def seconds_to_finish_paused(self) -> float | None:
+        """The most time a paused run of this piece needs to finish, at the pace it had here (its rounds and
+        seconds in this piece, start-up included): how long the next piece must be to finish them all."""
+        paused = [e for e in self.events if e.event == "paused" and e.rounds_done and e.rounds_total]
+        return max(((e.rounds_total - e.last_round) * e.seconds / e.rounds_done for e in paused), default=None)
 
     def runs_per_hour(self, rounds_per_run: float) -> float:
         """Whole runs per device-hour at this piece's pace: rounds done / rounds a run has, per hour."""
@@ -129,7 +136,8 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
     def event(kind: str, last_round: int, done: int | None = None, **extra: Any) -> RunEvent:
         done = len(asked) if done is None else done  # asked once after every round but the last
         flops = run_flops(cfg) * done / cfg.training["rounds"]
-        return RunEvent(kind, cfg.run_id, run_dir, worker, done, last_round, time.time() - started, flops, **extra)
+        return RunEvent(kind, cfg.run_id, run_dir, worker, done, last_round, time.time() - started, flops,
+                        rounds_total=cfg.training["rounds"], **extra)
 
     def provenance() -> dict[str, str]:  # asked once the run has trained: the kernels it trained with
         return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),

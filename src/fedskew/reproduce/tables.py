@@ -3,7 +3,11 @@
 A cell is built from run files only (`results/runs/.../metrics.json`, `history.csv`):
 
 - the suite is in `reproduce.suites` of params.yaml and its runs exist → our numbers;
-- the suite is not (it needs a download or a GPU) → `not run: <reason>`;
+- the suite is in `reproduce.imported` (trained elsewhere, a GPU, and committed as `packed ship`
+  archives under `results/imported/<suite>/`) → the numbers of the seeds imported so far, marked
+  "imported";
+- the suite is in neither → `not run: <reason>`: whether its runs need a GPU or train on a CPU at the
+  measured rate (`cost.CPU_RATES`), and where its data comes from;
 - the layout says the cell has no counterpart → `not run: <reason>`.
 
 Final-round numbers, as everywhere in fedskew; where the paper does not say which round it
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from fedskew import paths
 from fedskew.config import Params, RunConfig
+from fedskew.reproduce.cost import CPU_RATES, data_origin, run_flops, table_runs
 from fedskew.reproduce.layouts import BEST_ROUND_PROTOCOL, STATISTICS, CellSpec, Layout, load_layouts
 from fedskew.reproduce.policy import decimals_for
 from fedskew.runfiles import read_history, read_metrics
@@ -38,6 +43,7 @@ class OurCell:
     seeds: dict[int, float] = field(default_factory=dict)   # seed -> metric (accuracy in %, or loss)
     diverged: int = 0
     not_run: str | None = None
+    imported: bool = False   # read from runs trained elsewhere (reproduce.imported)
 
     @property
     def n(self) -> int:
@@ -61,28 +67,49 @@ class OurCell:
         spread = f" ± {self.std:.{places}f}" if self.std is not None else ""
         extra = f", {self.diverged} diverged" if self.diverged else ""
         best = ", best round" if self.spec.statistic == "best" else ""
-        return f"{self.mean:.{places}f}{spread} (n={self.n}{best}{extra})"
+        imported = ", imported" if self.imported else ""
+        return f"{self.mean:.{places}f}{spread} (n={self.n}{best}{imported}{extra})"
+
+
+def _cell_runs(params: Params, spec: CellSpec) -> list[RunConfig]:
+    if spec.suite not in params.raw["suites"]:  # a project whose params.yaml leaves the paper suites out
+        return []
+    return [cfg for cfg in params.suite_runs(spec.suite)
+            if (cfg.dataset, cfg.partition, cfg.method) == (spec.dataset, spec.partition, spec.method)]
 
 
 def not_run_reason(params: Params, spec: CellSpec) -> str:
-    """Why a cell's suite is not part of the reproduction on this machine (short: it sits in a cell)."""
-    source = params.raw["datasets"][spec.dataset]["source"] if spec.dataset in params.raw["datasets"] else None
-    if source is not None and source not in OFFLINE_SOURCES:
-        return f"needs the {spec.dataset} data and a GPU ({spec.suite})"
-    return f"{spec.suite} is not in reproduce.suites"
+    """Why a cell's suite is not part of the reproduction, and what it would take (short: it sits in a cell):
+    a CPU at the measured rate where there is one for its model and data, else a GPU; and where the data
+    comes from."""
+    runs = _cell_runs(params, spec)
+    source = runs[0].dataset_spec["source"] if runs else None
+    if source is None or source in OFFLINE_SOURCES:
+        return f"{spec.suite} is not in reproduce.suites"
+    rate = CPU_RATES.get((runs[0].training["model"], source))
+    if rate is None:
+        return f"needs a GPU; data: {data_origin(source)} ({spec.suite})"
+    minutes = sum(run_flops(cfg) for cfg in runs) / len(runs) / (rate * 1e9) / 60
+    return (f"trains on a CPU, about {minutes:.2g} CPU-minutes a run; data: {data_origin(source)} "
+            f"({spec.suite} is not in reproduce.suites)")
 
 
 def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set[str],
               root: Path = Path(".")) -> OurCell:
     if spec.not_run:
         return OurCell(spec, not_run=spec.not_run)
-    if spec.suite not in reproduce_suites:
+    imported = spec.suite in params.imported_suites
+    if spec.suite not in reproduce_suites and not imported:
         return OurCell(spec, not_run=not_run_reason(params, spec))
-    runs = [cfg for cfg in params.suite_runs(spec.suite)
-            if (cfg.dataset, cfg.partition, cfg.method) == (spec.dataset, spec.partition, spec.method)]
+    runs = _cell_runs(params, spec)
     if not runs:
         return OurCell(spec, not_run=f"{spec.suite} does not run {spec.method} on {spec.dataset}/{spec.partition}")
-    cell = OurCell(spec)
+    if imported:  # trained elsewhere: the seeds imported so far (a run's metrics.json is written last)
+        wanted = len(runs)
+        runs = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
+        if not runs:
+            return OurCell(spec, not_run=f"0 of its {wanted} runs imported ({spec.suite})")
+    cell = OurCell(spec, imported=imported)
     for cfg in runs:
         record = read_metrics(cfg, root)
         if record.get("status") == "diverged":
@@ -183,7 +210,7 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
         header = ["", *table.columns]
         silent = protocol is not None and not any(cell.n for cell in cells.values())
         if silent:  # a sensitivity protocol none of whose cells runs here: one line, not a grid of "not run"
-            lines += ["No cell of this protocol has run here (its suites are not in `reproduce.suites`).", ""]
+            lines += ["No cell of this protocol has been run (its suites are not in `reproduce.suites`).", ""]
         else:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out_cells = []
@@ -215,21 +242,36 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
     for suite in suites:
         lines.append(f"- `{suite}`: {params.raw['suites'][suite].get('description', '')} "
                      f"(table: [results/tables/{suite}.md](../tables/{suite}.md))")
+    for suite in (s for s in suites if s in params.imported_suites):
+        lines.append(f"- `{suite}` is imported: {_imported_summary(params, table_id, suite, root)}, shipped "
+                     f"as archives in `results/imported/{suite}/` ([docs/gpu.md](../../docs/gpu.md)); its "
+                     "cells read the seeds imported so far.")
     if not suites:
-        lines.append("- No cell of this table runs on this machine; the suites each cell would use are in "
+        lines.append("- No cell of this table is in the reproduction; the suites each cell would use are in "
                      "the JSON twin (`spec`).")
     absent = sorted({c["spec"]["suite"] for cells in record["protocols"].values() for c in cells
                      if c["spec"]["suite"] and c["not_run"] and c["spec"]["suite"] not in params.reproduce_suites
-                     and not c["spec"]["not_run"]})
+                     and c["spec"]["suite"] not in params.imported_suites and not c["spec"]["not_run"]})
     if absent:
-        lines.append(f"- Not run here: {', '.join(f'`{s}`' for s in absent)}. They need their datasets "
-                     "(downloaded, or placed by hand) and in practice a GPU; add them to `reproduce.suites` in "
-                     "params.yaml on such a machine and the same target trains them and fills these cells.")
+        lines.append(f"- Not in the reproduction: {', '.join(f'`{s}`' for s in absent)}. Each cell says "
+                     "whether its runs need a GPU or train on a CPU, and where its data comes from; add a "
+                     "suite to `reproduce.suites` in params.yaml and the same target trains it and fills its "
+                     "cells (`python -m fedskew cost` gives each table's compute).")
     if layout.notes or table.notes:
         lines += ["", "## Notes", ""]
         lines += [f"- {note}" for note in layout.notes]
         lines += [f"- Transcription: {note}" for note in table.notes]
     return "\n".join(lines) + "\n", record
+
+
+def _imported_summary(params: Params, table_id: str, suite: str, root: Path) -> str:
+    """How many of the table's runs of an imported suite are here, and what trained them."""
+    runs = [cfg for cfg in table_runs(params, table_id).values() if cfg.suite == suite]
+    present = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
+    machines = sorted({f"{p.get('device_name', p.get('device', 'an unrecorded device'))} "
+                       f"({p.get('precision', '?')}, torch {p.get('torch', '?')})"
+                       for p in (read_metrics(cfg, root).get("provenance", {}) for cfg in present)})
+    return f"{len(present)} of its {len(runs)} runs in this table, trained on {', '.join(machines) or 'none yet'}"
 
 
 def write_paper_table(params: Params, table_id: str, out_md: Path, out_json: Path, root: Path = Path(".")) -> None:
