@@ -12,7 +12,8 @@ its CPUID reports), once with FEDSKEW_CPU_KERNELS=portable and once with =native
   engine, its evaluation included.
 
 `--recipe` puts every model on that portable recipe (fedskew.cpu_pin.RECIPES; default: the newest),
-whether or not the model is on it in the project yet (cpu_pin.RECIPE_1_MODELS).
+whether or not the model is on it in the project (cpu_pin.RECIPE_1_MODELS: logistic regression stays on
+recipe 1).
 
 Each prints a digest of the bits (parameters and outputs, or the whole history). Under `portable`
 every digest of a row must be the same; under `native` they may differ, and on this machine's CPU

@@ -100,9 +100,10 @@ def test_models_take_their_recipe_and_keep_their_state_layout():
     portable = build_model("flfcr_mlp", info)
     assert all(type(m) is gemm.PortableLinear for m in portable.modules() if isinstance(m, nn.Linear))
     assert list(portable.state_dict()) == list(MODELS["flfcr_mlp"](info).state_dict())
+    image = DatasetInfo((1, 8, 8), 10, True, False)
     for name in cpu_pin.RECIPE_1_MODELS:
-        image = DatasetInfo((1, 8, 8), 10, True, False)
         assert not gemm.uses_portable_layers(build_model(name, image))
+    assert gemm.uses_portable_layers(build_model("cnn", image))  # the digits CNN of the committed suites
 
 
 def _legacy_run_id(cfg) -> str:
@@ -115,7 +116,7 @@ def test_a_run_id_covers_the_kernel_recipe_of_its_model():
     """Runs of a recipe-1 model keep the ids they had before recipes were versioned; any other recipe is in the
     id, so a run computed under an older recipe is retrained, never reused."""
     params = load_params(copy.deepcopy(TINY_PARAMS))
-    for model, recipe in (("logreg", 1), ("cnn", 1), ("mlp", cpu_pin.RECIPE)):
+    for model, recipe in (("logreg", 1), ("cnn", cpu_pin.RECIPE), ("mlp", cpu_pin.RECIPE)):
         raw = copy.deepcopy(TINY_PARAMS)
         raw["training"]["tiny"]["model"] = model
         cfg = load_params(raw).run("tiny", "digits", "q2", "fedavg", 0)
