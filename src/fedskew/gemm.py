@@ -19,7 +19,8 @@ thread; `training.threads` sets ATen's threads, as before.
 
 Where this does not reach, a layer computes as torch does (MKL `COMPATIBLE` under the pin): on a
 GPU, under `torch.func` transforms (vmap, functional gradients), for dtypes numpy lacks (bfloat16,
-float16), for grouped convolutions and other padding modes, and with `FEDSKEW_CPU_KERNELS=native`.
+float16) and under CPU autocast (`training.precision: bf16`, whose products autocast runs in bfloat16),
+for grouped convolutions and other padding modes, and with `FEDSKEW_CPU_KERNELS=native`.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def enabled() -> bool:
 
 def _reaches(*tensors: torch.Tensor | None) -> bool:
     """Whether these tensors' product can go through OpenBLAS (see the module's docstring)."""
+    if torch.is_autocast_enabled("cpu"):
+        return False  # training.precision bf16: autocast casts the layer's product to bfloat16, as torch does
     for t in tensors:
         if t is None:
             continue

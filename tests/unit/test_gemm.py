@@ -82,7 +82,7 @@ def test_the_products_are_openblas_products():
 
 
 def test_what_the_gemm_does_not_reach_computes_as_torch_does():
-    """Under vmap, for bfloat16 and for grouped convolutions the layer is torch's own layer."""
+    """Under vmap, for bfloat16, under CPU autocast and for grouped convolutions the layer is torch's own layer."""
     torch.manual_seed(0)
     linear = nn.Linear(6, 3)
     ours = _portable(linear)
@@ -93,6 +93,11 @@ def test_what_the_gemm_does_not_reach_computes_as_torch_does():
     grouped = nn.Conv2d(4, 4, 3, groups=2)
     images = torch.randn(2, 4, 5, 5)
     assert torch.equal(_portable(grouped)(images), grouped(images))
+    conv = nn.Conv2d(4, 2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # training.precision bf16 on a CPU
+        out, expected = _portable(linear)(batch), linear(batch)
+        assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+        assert torch.equal(_portable(conv)(images), conv(images))
 
 
 def test_models_take_their_recipe_and_keep_their_state_layout():
