@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from fedskew.reproduce import ledger
 from fedskew.reproduce.claim import (CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, ClaimError,
                                      _check, load_claims)
 from fedskew.reproduce.ledger import render_policy
@@ -111,6 +112,20 @@ def test_every_baseline_must_be_beaten_and_the_deciding_one_is_shown() -> None:
     part = evaluate(_claim(kind="gap", subject="A", against=["B", "C"], columns=["x"]), source)["parts"][0]
     assert part["baselines"]["B"]["verdict"] == REPRODUCED
     assert part["verdict"] == INCONCLUSIVE and part["vs"] == "C"
+
+
+def test_a_column_whose_baselines_have_not_all_run_stays_open_and_names_them() -> None:
+    # A beats B surely, but C has no runs yet (a suite imported in part): the column cannot hold yet.
+    ran = {("A", "x"): {0: 80.0, 1: 80.0, 2: 80.0}, ("B", "x"): {0: 70.0, 1: 70.0, 2: 70.0}}
+    claim = _claim(kind="gap", subject="A", against=["B", "C"], columns=["x"])
+    part = evaluate(claim, Seeds(ran))["parts"][0]
+    assert part["verdict"] == INCONCLUSIVE and part["baselines_missing"] == ["C"]
+    assert "without C (not run)" in ledger._part_text(part, 2, paper=False)
+    behind = {**ran, ("B", "x"): {0: 90.0, 1: 90.0, 2: 90.0}}  # a sure failure stands whatever is missing
+    assert evaluate(claim, Seeds(behind))["verdict"] == NOT_REPRODUCED
+    # The paper's blank cell is not a missing run: its numbers are judged on what it prints.
+    printed = Seeds({("A", "x"): {0: 80.0}, ("B", "x"): {0: 70.0}}, point=True)
+    assert evaluate(claim, printed)["parts"][0]["baselines_missing"] == []
 
 
 def test_a_lower_is_better_metric_flips_the_sign() -> None:

@@ -49,7 +49,9 @@ def _mark(verdict: str, paper: bool) -> str:
 
 def _part_text(part: dict, places: int, paper: bool) -> str:
     effect = policy.fmt_effect(_effect_from(part["effect"]), places)
-    return f"{part['label']}: {effect} vs {part['vs']}{_mark(part['verdict'], paper)}"
+    missing = part.get("baselines_missing")
+    without = f", without {', '.join(missing)} (not run)" if missing else ""
+    return f"{part['label']}: {effect} vs {part['vs']}{_mark(part['verdict'], paper)}{without}"
 
 
 def _line_text(line: dict, places: int, paper: bool) -> str:

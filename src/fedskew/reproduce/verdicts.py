@@ -152,7 +152,12 @@ def evaluate(claim: Claim, source: CellSource, factor: float = 1.0) -> dict:
 
 def _gap_part(claim: Claim, source: CellSource, label: str, subject_terms, baseline_terms: dict,
               threshold: float) -> dict | None:
-    """One column (or pair) of a gap/drop claim: the subject against every baseline there."""
+    """One column (or pair) of a gap/drop claim: the subject against every baseline there.
+
+    In our tables a baseline without runs (not trained yet, or imported only in part) leaves the column
+    open: it cannot hold before every baseline has run, so it is at best inconclusive, and the baselines
+    missing are named. A conclusive failure against one that ran stands. (A paper's blank cell is not a
+    missing run: the paper's own numbers are judged on what it prints.)"""
     judged = {}
     for baseline, terms in baseline_terms.items():
         effect = combined_effect(source, [*subject_terms, *terms])
@@ -161,13 +166,17 @@ def _gap_part(claim: Claim, source: CellSource, label: str, subject_terms, basel
     if not judged:
         return None
     verdict = conjunction([v for _, v in judged.values()])
+    missing = [] if source.point else [b for b in claim.against if b not in judged]
+    if missing and verdict == REPRODUCED:
+        verdict = INCONCLUSIVE
     if verdict == NOT_REPRODUCED:  # show the clearest failure
         deciding = min((b for b, (_, v) in judged.items() if v == NOT_REPRODUCED), key=lambda b: judged[b][0].mean)
     else:  # show the closest call: the lowest lower bound
         deciding = min(judged, key=lambda b: (judged[b][0].low if judged[b][0].low is not None
                                               else judged[b][0].mean))
     return {"label": label, "verdict": verdict, "vs": deciding, "effect": _effect_record(judged[deciding][0]),
-            "baselines": {b: {"verdict": v, **_effect_record(e)} for b, (e, v) in judged.items()}}
+            "baselines": {b: {"verdict": v, **_effect_record(e)} for b, (e, v) in judged.items()},
+            "baselines_missing": missing}
 
 
 def _evaluate_gap(claim: Claim, source: CellSource, factor: float) -> dict:
