@@ -6,8 +6,8 @@ Settings (each measurement is a fresh child process: the libraries read their ke
 - `portable-v1`: the portable recipe 1, every product on MKL's `COMPATIBLE` branch (SSE2), kept here
   for the comparison only;
 - `portable-v2`: the portable recipe 2 for the workload's model, whether or not the model is on it in
-  the project (fedskew.cpu_pin.RECIPE_1_MODELS: logistic regression stays on recipe 1): the layers' products through numpy's OpenBLAS at its Haswell
-  kernels, one thread.
+  the project (fedskew.cpu_pin.RECIPE_1_MODELS: logistic regression stays on recipe 1): the layers'
+  products through numpy's OpenBLAS at its Haswell kernels, one thread.
 
 Workloads: runs of the committed suites, seed 0 (`cnn`, `logreg`, `split`: the training loop's own
 time, run_training's loop_seconds), and `mlp`: one round of FL-FCR's MNIST protocol with FedAvg
