@@ -28,7 +28,8 @@ Choices where the paper is silent or ambiguous (recorded with every result):
   download payload (counted): a client's own counts always enter its sum, so with full
   participation round 1 uses local counts and every later round the exact totals.
 - H: "a hyper-parameter to be tuned", no value given; default 1.0, the value this project
-  uses for FedLC's τ (the same margin family, [25] in the paper).
+  uses for FedLC's τ (the same margin family, [25] in the paper). The paper suites also train
+  H = 4 and 16 (methods `flfcr_h4`, `flfcr_h16`) as sensitivity protocols, not as a tuning.
 - Resampling and retraining sizes: not given by the paper. Defaults follow FL-bench's
   implementation of CCVR (Luo et al. 2021, [26], whose virtual-representation retraining
   FL-FCR builds on): 200 samples per class, one pass over them, plain SGD with the
