@@ -19,8 +19,8 @@ import argparse
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from _interleaved import compare_many  # benchmarks/, on the path when run as a script
+
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.sampling import client_seed
 from fedskew.engine.simulation import federated_round, resolve_device

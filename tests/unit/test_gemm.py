@@ -13,7 +13,6 @@ import tomllib
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedskew import cpu_pin, gemm

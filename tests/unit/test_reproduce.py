@@ -51,6 +51,8 @@ def test_every_cell_is_a_run_of_its_suite_or_says_why_not(params) -> None:
                     if spec.not_run:
                         assert len(spec.not_run) > 10, (table_id, row, column)
                         continue
+                    if spec.derived:  # computed from cells of the table that are runs (checked at load)
+                        continue
                     if spec.suite not in runs:
                         runs[spec.suite] = {(c.dataset, c.partition, c.method) for c in params.runs([spec.suite])}
                     key = (spec.dataset, spec.partition, spec.method)
@@ -242,6 +244,86 @@ def test_an_imported_suite_fills_the_cells_of_the_seeds_imported_so_far(params, 
     raw["reproduce"] = {"suites": ["default"]}
     cell = our_cells(load_params(raw), load_layouts()["scala_t4"], None, tmp_path)[("Ours", "Fashion-MNIST / α=2")]
     assert cell.n == 0 and cell.not_run.startswith("needs a GPU; data: ")
+
+
+def _with_reproduced(params, *suites):
+    raw = json.loads(json.dumps(params.raw))
+    raw["reproduce"] = {"suites": list(suites)}
+    return load_params(raw)
+
+
+def test_difference_rows_are_the_paired_per_seed_difference(params, tmp_path) -> None:
+    # FL-FCR Table II's "Adult Income / Difference" = Ours - FedAvg for each seed, then mean ± std.
+    adult = _with_reproduced(params, "flfcr_adult")
+    ours_of = {0: 0.80, 1: 0.70, 2: 0.90}     # seeds ranked differently for the two methods: pairing matters
+    fedavg_of = {0: 0.75, 1: 0.71, 2: 0.60}
+    _write_runs(adult, tmp_path, "flfcr_adult",
+                lambda cfg: {"flfcr": ours_of, "fedavg": fedavg_of}.get(cfg.method, {0: 0.5, 1: 0.5, 2: 0.5})[cfg.seed])
+    cells = our_cells(adult, load_layouts()["flfcr_t2"], None, tmp_path)
+    diff = cells[("Adult Income / Difference", "α=0.1")]
+    expected = [100 * (ours_of[s] - fedavg_of[s]) for s in range(3)]
+    assert diff.seeds == {s: pytest.approx(expected[s]) for s in range(3)}
+    assert diff.std == pytest.approx(statistics.stdev(expected))
+    assert diff.text() == f"+{statistics.fmean(expected):.2f} ± {statistics.stdev(expected):.2f} (n=3)"
+    # A difference whose rows have not run says why, in the rows' own words.
+    mnist = cells[("MNIST / Difference", "α=0.1")]
+    assert mnist.n == 0 and mnist.not_run == cells[("MNIST / Ours", "α=0.1")].not_run
+    assert mnist.not_run.startswith("trains on a CPU")
+    text, record = render(adult, "flfcr_t2", tmp_path)
+    assert "a difference row is the paired per-seed difference" in text
+    main = {(c["row"], c["column"]): c for c in record["protocols"]["main protocol"]}
+    assert main[("Adult Income / Difference", "α=0.05")]["delta"] == pytest.approx(statistics.fmean(expected) - 43.83)
+
+
+def test_average_columns_are_the_per_seed_mean_and_claims_read_them(params, tmp_path) -> None:
+    # FL-FCR Table III's "Avg." = the mean of the four α columns for each seed, over the seeds every one has.
+    mnist = _with_reproduced(params, "flfcr_mnist")
+    columns = {"dir0.05": 0.1, "dir0.1": 0.2, "dir0.2": 0.3, "dir0.3": 0.4, "dir0.5": 0.5, "dir0.7": 0.6}
+    lead = {"flfcr": 0.2, "fedlc": 0.0, "moon": 0.01, "fedprox": 0.02}
+    value_of = lambda cfg: columns[cfg.partition] + lead.get(cfg.method, 0.0) + cfg.seed / 1000  # noqa: E731
+    _write_runs(mnist, tmp_path, "flfcr_mnist", value_of)
+    # seed 2 of MOON diverged at α=0.2: MOON's average has two seeds
+    [moon2] = [cfg for cfg in mnist.runs(["flfcr_mnist"])
+               if (cfg.partition, cfg.method, cfg.seed) == ("dir0.2", "moon", 2)]
+    write_run_files(moon2, [{"round": 10, "test_acc": float("nan"), "test_loss": float("nan")}],
+                    {"status": "diverged", "final_acc": float("nan"), "final_loss": float("nan")}, tmp_path)
+    layout = load_layouts()["flfcr_t3"]
+    cells = our_cells(mnist, layout, None, tmp_path)
+    table_iii = ("dir0.05", "dir0.1", "dir0.2", "dir0.3")
+    expected = {s: statistics.fmean(100 * (columns[p] + 0.2 + s / 1000) for p in table_iii) for s in range(3)}
+    ours = cells[("MNIST / Ours", "Avg.")]
+    assert ours.seeds == {s: pytest.approx(v) for s, v in expected.items()}
+    moon = cells[("MNIST / MOON", "Avg.")]
+    assert sorted(moon.seeds) == [0, 1] and moon.diverged == 1
+    # flfcr-10 ("at every α and on average"): the Avg. column is one of its parts, judged on these seeds.
+    from fedskew.reproduce.verdicts import evaluate_on_ours
+    [claim] = [c for c in load_claims() if c.id == "flfcr-10"]
+    result = evaluate_on_ours(claim, mnist, None, tmp_path)
+    avg = [part for part in result["parts"] if "Avg." in json.dumps(part, default=str)]
+    assert avg and result["verdict"] == "reproduced"
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"rows": {"Gap": {"difference": ["Ours", "Nobody"]}}}, "subtracts 'Nobody', which is not a row"),
+    ({"rows": {"Gap": {"difference": ["Ours"]}}}, "difference must be two row labels"),
+    ({"columns": {"Mean": {"mean_of": ["Synthetic(1,1)", "Nowhere"]}}}, "averages 'Nowhere', which is not a column"),
+    ({"columns": {"Mean": {"mean_of": "Synthetic(1,1)"}}}, "mean_of must be a list of column labels"),
+])
+def test_a_derived_cell_naming_what_the_table_lacks_is_refused(fields, message, monkeypatch) -> None:
+    from dataclasses import replace
+
+    from fedskew.reproduce import layouts
+    from fedskew.reproduce.paper_tables import load_paper_table
+
+    table = load_paper_table("fedlc_t4")
+    rows = (*table.rows, "Gap") if "rows" in fields else table.rows
+    columns = (*table.columns, "Mean") if "columns" in fields else table.columns
+    monkeypatch.setattr(layouts, "load_paper_table", lambda _: replace(table, rows=rows, columns=columns))
+    doc = {"defaults": {"suite": "fedlc_t4_synthetic", "partition": "natural"},
+           "rows": {"Ours": {"method": "fedlc"}, **fields.get("rows", {})},
+           "columns": {"Synthetic(1,1)": {"dataset": "synthetic_1_1"}, **fields.get("columns", {})}}
+    with pytest.raises(layouts.LayoutError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        layouts.parse_layout("fedlc_t4", doc, "test.yaml")
 
 
 def test_missing_run_files_name_the_file_and_the_command(params, tmp_path) -> None:

@@ -60,8 +60,8 @@ from fedskew.engine.closed_form import (
     one_hot_targets,
     supports_closed_form,
 )
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
 from fedskew.engine.sampling import dropout_generator
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, StateDict
 from fedskew.fl.losses import IGNORE_INDEX
 from fedskew.models.dropout import Dropout, draw_mask, dropout_plan, given_masks, has_foreign_dropout
 from fedskew.sfl.base import SplitAlgorithm, stacked_blocker

@@ -107,7 +107,7 @@ def table_runs(params: Params, table_id: str) -> dict[str, object]:
         for column in layout.table.columns:
             for protocol in (None, *layout.protocols):
                 spec = layout.cell(row, column, protocol)
-                if spec.not_run or spec.suite is None:
+                if spec.not_run or spec.suite is None or spec.derived:   # a derived cell has no runs of its own
                     continue
                 for cfg in params.suite_runs(spec.suite):
                     if (cfg.dataset, cfg.partition, cfg.method) == (spec.dataset, spec.partition, spec.method):

@@ -8,9 +8,11 @@ fedlc_t4:
   rows:                                  # a paper row label (or one level of it) -> fields
     FedAvg: {method: fedavg}
     FedOPT: {method: fedadam}
+    Difference: {difference: [FedOPT, FedAvg]}  # a row the paper computes from others
   columns:                               # a paper column label (or one level of it) -> fields
     "Synthetic(0,0)": {dataset: synthetic_0_0}
     FEMNIST: {dataset: femnist, suite: fedlc_federated_table}
+    Avg.: {mean_of: ["Synthetic(0,0)", "Synthetic(1,1)"]}   # a column the paper computes from others
   extra_rows:                            # fedskew-only rows shown under the paper's (no paper value)
     "FedLC, missing classes floor": {method: fedlc_floor}
   protocols:                             # the same cells under other protocols the paper leaves open:
@@ -38,6 +40,13 @@ optionally `round` (the accuracy at that round of the run: with a constant learn
 exactly the result of a run that stops there), `statistic` (`final`, the default, or `best`: the
 best evaluated round up to `round`) or `not_run` (a reason: the cell has no fedskew counterpart,
 e.g. the paper does not name the dataset).
+
+A row or column the paper computes from others is derived from the same runs, per seed: a
+`difference: [A, B]` row level is A − B for each seed both have (row "MNIST / Difference" with
+`Difference: {difference: [Ours, FedAvg]}` is "MNIST / Ours" − "MNIST / FedAvg"), and a `mean_of:
+[columns]` column is the mean over those columns for each seed every one has. Mean ± std over seeds
+follow as for any cell, so a derived cell is the paired comparison, not a difference of means; a cell
+it derives from that has not run makes it not run for the same reason.
 """
 
 from __future__ import annotations
@@ -51,7 +60,7 @@ import yaml
 from fedskew.reproduce.paper_tables import PaperTable, load_paper_table
 
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
-CELL_FIELDS = ("suite", "dataset", "partition", "method", "round", "statistic", "not_run")
+CELL_FIELDS = ("suite", "dataset", "partition", "method", "round", "statistic", "not_run", "difference", "mean_of")
 METRICS = ("final_acc", "final_loss")
 STATISTICS = ("final", "best")
 REPORTED_ROUNDS = ("final", "best", "silent")
@@ -73,6 +82,13 @@ class CellSpec:
     round: int | None = None
     statistic: str = "final"   # "best": the best evaluated round (highest accuracy, lowest loss)
     not_run: str | None = None
+    difference: tuple[str, str] | None = None   # derived: row A − row B, per seed (see the module's doc)
+    mean_of: tuple[str, ...] | None = None      # derived: the mean over these columns, per seed
+
+    @property
+    def derived(self) -> bool:
+        """Computed from other cells of the table, not read from runs of its own."""
+        return self.difference is not None or self.mean_of is not None
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,14 @@ class Layout:
         for row_level in _levels(row):
             for column_level in _levels(column):
                 fields.update(self.cross.get(row_level, {}).get(column_level, {}))
-        if protocol is not None and "not_run" not in fields:
+        for key in ("difference", "mean_of"):
+            if key in fields:
+                fields[key] = tuple(fields[key])
+        if "difference" in fields:  # the whole row labels, as `difference_rows` resolves them
+            fields["difference"] = self.difference_rows(row)
+        derived = "difference" in fields or "mean_of" in fields
+        # A derived cell takes each protocol through the cells it derives from.
+        if protocol is not None and "not_run" not in fields and not derived:
             replaced = dict(fields)
             for key, mapping in self.protocols[protocol].items():
                 if fields.get(key) in mapping:
@@ -126,6 +149,17 @@ class Layout:
                 replaced["not_run"] = f"not part of the '{protocol}' sensitivity runs"
             fields = replaced
         return CellSpec(**fields)
+
+    def difference_rows(self, row: str) -> tuple[str, str]:
+        """The two whole row labels a difference row subtracts (A, B): its `difference` level replaced by each."""
+        if "difference" in self.rows.get(row, {}):
+            return tuple(self.rows[row]["difference"])
+        levels = row.split(" / ")
+        for i, level in enumerate(levels):
+            if "difference" in self.rows.get(level, {}):
+                return tuple(" / ".join([*levels[:i], other, *levels[i + 1:]])
+                             for other in self.rows[level]["difference"])
+        raise LayoutError(f"{self.table.id}: row {row!r} has no level with a difference")
 
     def method_of(self, row: str) -> str | None:
         """The method a row stands for (for proxies), if the row alone names one."""
@@ -138,7 +172,7 @@ class Layout:
             for column in self.table.columns:
                 for protocol in (None, *self.protocols):
                     spec = self.cell(row, column, protocol)
-                    if spec.suite and not spec.not_run:
+                    if spec.suite and not spec.not_run and not spec.derived:
                         out.add(spec.suite)
         out.update(p["suite"] for p in self.proxies)
         return out
@@ -155,6 +189,12 @@ def _check_fields(where: str, fields: dict) -> None:
     unknown = set(fields) - set(CELL_FIELDS)
     if unknown:
         raise LayoutError(f"{where}: unknown fields {sorted(unknown)}; allowed: {list(CELL_FIELDS)}")
+    difference, mean_of = fields.get("difference"), fields.get("mean_of")
+    if difference is not None and not (isinstance(difference, list) and len(difference) == 2
+                                       and all(isinstance(x, str) for x in difference)):
+        raise LayoutError(f"{where}: difference must be two row labels [A, B] (A − B), got {difference!r}")
+    if mean_of is not None and not (isinstance(mean_of, list) and mean_of and all(isinstance(x, str) for x in mean_of)):
+        raise LayoutError(f"{where}: mean_of must be a list of column labels, got {mean_of!r}")
 
 
 def parse_layout(table_id: str, doc: dict, origin: str) -> Layout:
@@ -189,11 +229,39 @@ def parse_layout(table_id: str, doc: dict, origin: str) -> Layout:
                     protocols=protocols, proxies=tuple(doc.get("proxies") or ()),
                     cross=dict(doc.get("cross") or {}),
                     metric=metric, notes=tuple(doc.get("notes") or ()), reported_round=reported)
+    _check_derived(layout, origin)
     for proxy in layout.proxies:
         missing = {"label", "suite", "dataset", "partition"} - set(proxy)
         if missing:
             raise LayoutError(f"{origin}: {table_id}.proxies entry {proxy} lacks {sorted(missing)}")
     return layout
+
+
+def _check_derived(layout: Layout, origin: str) -> None:
+    """Every derived cell names cells of the table that are not derived themselves."""
+    table = layout.table
+    rows = (*table.rows, *layout.extra_rows)
+    for label in layout.extra_rows:
+        if "difference" in layout.extra_rows[label] or "mean_of" in layout.extra_rows[label]:
+            raise LayoutError(f"{origin}: {table.id}.extra_rows.{label}: a derived row belongs under rows")
+    for row in rows:
+        for column in table.columns:
+            spec = layout.cell(row, column)
+            if spec.difference is not None:
+                for other in spec.difference:
+                    if other not in rows:
+                        raise LayoutError(f"{origin}: {table.id}: row {row!r} subtracts {other!r}, which is not a "
+                                          f"row of the table; rows: {list(rows)}")
+                    if layout.cell(other, column).derived:
+                        raise LayoutError(f"{origin}: {table.id}: row {row!r} subtracts {other!r}, itself derived")
+            if spec.mean_of is not None:
+                for other in spec.mean_of:
+                    if other not in table.columns:
+                        raise LayoutError(f"{origin}: {table.id}: column {column!r} averages {other!r}, which is "
+                                          f"not a column of the table; columns: {list(table.columns)}")
+                    if layout.cell(row, other).derived:
+                        raise LayoutError(f"{origin}: {table.id}: column {column!r} averages {other!r}, "
+                                          "itself derived")
 
 
 @cache
@@ -217,7 +285,7 @@ def check_against_params(layouts: dict[str, Layout], params) -> list[str]:
                  for c in layout.table.columns for p in (None, *layout.protocols)]
         specs += [CellSpec(p["suite"], p["dataset"], p["partition"]) for p in layout.proxies]
         for spec in specs:
-            if spec.not_run and not spec.suite:
+            if (spec.not_run and not spec.suite) or spec.derived:
                 continue
             for key, catalogue in (("suite", "suites"), ("dataset", "datasets"), ("partition", "partitions")):
                 value = getattr(spec, key)

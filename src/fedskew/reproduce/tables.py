@@ -8,7 +8,9 @@ A cell is built from run files only (`results/runs/.../metrics.json`, `history.c
   "imported";
 - the suite is in neither → `not run: <reason>`: whether its runs need a GPU or train on a CPU at the
   measured rate (`cost.CPU_RATES`), and where its data comes from;
-- the layout says the cell has no counterpart → `not run: <reason>`.
+- the layout says the cell has no counterpart → `not run: <reason>`;
+- the cell is a difference row or an average column the paper computes from others → the same
+  arithmetic per seed on the cells it names (`layouts`' module doc), then mean ± std over seeds.
 
 Final-round numbers, as everywhere in fedskew; where the paper does not say which round it
 reports, one sensitivity protocol reads each run's best evaluated round instead, labelled as such
@@ -57,18 +59,24 @@ class OurCell:
     def std(self) -> float | None:
         return statistics.stdev(self.seeds.values()) if self.n >= 2 else None
 
+    def places(self, decimals: int) -> int:
+        """Decimals to print at: the paper's, or 3 significant digits where finer (a loss of 0.0058); a
+        difference keeps the paper's, since one near 0 is a small gap, not a small quantity."""
+        return decimals if self.spec.difference is not None else decimals_for(self.mean, decimals)
+
     def text(self, decimals: int = 2) -> str:
         """mean ± std (n) at the paper's precision `decimals`, or 3 significant digits where finer."""
         if self.not_run:
             return f"not run: {self.not_run}"
         if not self.seeds:
             return f"diverged ({self.diverged} seeds)"
-        places = decimals_for(self.mean, decimals)
+        places = self.places(decimals)
         spread = f" ± {self.std:.{places}f}" if self.std is not None else ""
         extra = f", {self.diverged} diverged" if self.diverged else ""
         best = ", best round" if self.spec.statistic == "best" else ""
         imported = ", imported" if self.imported else ""
-        return f"{self.mean:.{places}f}{spread} (n={self.n}{best}{imported}{extra})"
+        sign = "+" if self.spec.difference is not None else ""   # a difference says which way it goes
+        return f"{self.mean:{sign}.{places}f}{spread} (n={self.n}{best}{imported}{extra})"
 
 
 def _cell_runs(params: Params, spec: CellSpec) -> list[RunConfig]:
@@ -152,8 +160,33 @@ def our_cells(params: Params, layout: Layout, protocol: str | None, root: Path =
               ) -> dict[tuple[str, str], OurCell]:
     suites = set(params.reproduce_suites)
     rows = (*layout.table.rows, *layout.extra_rows)
-    return {(r, c): read_cell(params, layout.cell(r, c, protocol), layout.metric, suites, root)
-            for r in rows for c in layout.table.columns}
+    cells = {(r, c): read_cell(params, spec, layout.metric, suites, root)
+             for r in rows for c in layout.table.columns
+             if not (spec := layout.cell(r, c, protocol)).derived or spec.not_run}
+    for r in rows:
+        for c in layout.table.columns:
+            if (r, c) not in cells:   # derived from cells read above (a layout never derives from a derived cell)
+                spec = layout.cell(r, c, protocol)
+                if spec.difference is not None:
+                    first, second = (cells[(row, c)] for row in spec.difference)
+                    cells[(r, c)] = derive(spec, [first, second], lambda v: v[0] - v[1])
+                else:
+                    cells[(r, c)] = derive(spec, [cells[(r, column)] for column in spec.mean_of], statistics.fmean)
+    return cells
+
+
+def derive(spec: CellSpec, parts: list[OurCell], combine) -> OurCell:
+    """A cell computed per seed from other cells (`combine` maps their values for one seed to one value),
+    over the seeds every part has. Not run, for the first part's reason, if any part has not run."""
+    missing = next((part for part in parts if part.not_run), None)
+    if missing is not None:
+        return OurCell(spec, not_run=missing.not_run)
+    common = set.intersection(*(set(part.seeds) for part in parts))
+    cell = OurCell(spec, seeds={seed: combine([part.seeds[seed] for part in parts]) for seed in sorted(common)},
+                   diverged=max(part.diverged for part in parts), imported=any(part.imported for part in parts))
+    if not cell.seeds and not cell.diverged:
+        cell.not_run = "its cells share no seed"
+    return cell
 
 
 def delta(ours: OurCell, paper_value: float | None) -> float | None:
@@ -170,7 +203,7 @@ def _cell_md(ours: OurCell, paper_text: str | None, d: float | None, decimals: i
     if paper_text is not None:
         parts.append(f"paper {paper_text}")
     if d is not None:
-        parts.append(f"Δ {d:+.{decimals_for(ours.mean, decimals)}f}")
+        parts.append(f"Δ {d:+.{ours.places(decimals)}f}")
     return "<br>".join(parts)
 
 
@@ -189,6 +222,10 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
              "Δ = ours − paper, at the paper's precision (or 3 significant digits where that is finer). "
              "`not run` says why a cell has no number here. Built from the run files by "
              f"`snakemake --cores all results/papers/{table_id}.md`.", ""]
+    if any(layout.cell(r, c).derived for r in table.rows for c in table.columns):
+        lines[-1:-1] = ["", "A row or column the paper computes from others (a difference, an average) is computed "
+                        "the same way for each seed from our cells it names, then mean ± sample std over seeds: "
+                        "a difference row is the paired per-seed difference."]
     record = {"table": table_id, "source": table.source, "caption": table.caption, "metric": layout.metric,
               "protocols": {}}
     for protocol in (None, *layout.protocols):
