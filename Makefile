@@ -29,8 +29,8 @@ cluster-test: env
 	.venv/bin/python -m pytest -m cluster tests/cluster
 
 # The papers' tables beside ours and the claims ledger (results/papers/, results/claims.md): trains the
-# suites under reproduce.suites in params.yaml (about 12.5 hours on 2 cores, of which FL-FCR's MNIST rows about
-# 6 and its Adult rows with Adam and with SGD about 3.6; every other cell reads "not run").
+# suites under reproduce.suites in params.yaml (about 13 hours on 2 cores, of which FL-FCR's MNIST rows about
+# 6.7 and its Adult rows with Adam and with SGD about 3.6; every other cell reads "not run").
 reproduce: env
 	.venv/bin/snakemake --cores all results/claims.md
 
