@@ -206,6 +206,12 @@ def test_an_option_added_later_changes_the_run_id_only_when_set_to_another_value
         other = load_params(changed).run("tiny", "digits", "q2", "fedlc", 0)
         assert other.method_spec["missing_classes"] == treatment
         assert other.run_id != plain.run_id
+    # FedED's logit_form came later too: "paper" (what every earlier FedED run computed) leaves ids alone
+    feded = {"algorithm": "feded", "lam": 0.1}
+    ids = {form: load_params(_with(lambda p: p["methods"].update(
+        fedlc=feded if form is None else {**feded, "logit_form": form}))).run("tiny", "digits", "q2", "fedlc", 0).run_id
+        for form in (None, "paper", "authors_code")}
+    assert ids[None] == ids["paper"] != ids["authors_code"]
 
 
 def test_run_id_is_a_hash_of_the_resolved_config():

@@ -20,7 +20,7 @@ from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, tensor_bytes, train_client
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import TrainingSettings, weighted_average
-from fedskew.fl.feded import FedED, empty_class_distillation, logit_suppression
+from fedskew.fl.feded import FedED, empty_class_distillation, logit_suppression, logit_suppression_as_coded
 from fedskew.fl.fedlogit import FedLogit
 from fedskew.fl.flfcr import (
     FLFCR,
@@ -205,7 +205,8 @@ def test_feded_total_and_ablations_match_hand_sums() -> None:
         loss = algorithm.local_loss(torch.tensor(ED_LOGITS), torch.zeros(3, 3), torch.tensor(ED_Y), client, x=x)
         assert loss.item() == pytest.approx(value, abs=1e-6), name
     # the default weighs L_logit by 0.005 (the documented deviation from Eq. 6's weight 1)
-    assert FedED.hyperparameters == {"missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005}
+    assert FedED.hyperparameters == {"missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005,
+                                     "logit_form": "paper"}
     algorithm = FedED(PLAIN_SGD, 1, 4)
     _, client, x = _teacher_setup(algorithm, ED_COUNTS, ED_TEACHER)
     loss = algorithm.local_loss(torch.tensor(ED_LOGITS), torch.zeros(3, 3), torch.tensor(ED_Y), client, x=x)
@@ -259,6 +260,58 @@ def test_feded_loss_is_unbounded_below_in_a_common_logit_shift() -> None:
     assert values[0] - values[1] == pytest.approx(1.0, abs=1e-5)
     assert values[0] - values[2] == pytest.approx(10.0, abs=1e-4)
 
+
+
+def _hand_l_logit_as_coded(rows, ys, prior) -> float:
+    """The authors' code's L_logit, written out: each sample of class c adds e^0 = 1; the others
+    e^{z_c - log p(c) + log(1/C)}; mean over the batch, log, weighted by p(c) over held classes."""
+    classes, batch = len(prior), len(rows)
+    out = 0.0
+    for c, p in enumerate(prior):
+        if p == 0:
+            continue
+        terms = [1.0 if y == c else math.exp(row[c] - math.log(p) + math.log(1 / classes))
+                 for row, y in zip(rows, ys)]
+        out += p * math.log(sum(terms) / batch)
+    return out
+
+
+def test_feded_logit_suppression_as_coded_by_hand() -> None:
+    prior = [0.75, 0.25, 0.0, 0.0]
+    expected = _hand_l_logit_as_coded(ED_LOGITS, ED_Y, prior)
+    # c = 0: two own samples (1 each), sample 3 adds e^{-1 - log 3}; c = 1: e^0, e^0.4 and one own sample
+    closed = 0.75 * math.log((2 + math.exp(-1.0) / 3) / 3) + 0.25 * math.log((1 + math.exp(0.4) + 1) / 3)
+    assert expected == pytest.approx(closed, abs=1e-12)
+    got = logit_suppression_as_coded(torch.tensor(ED_LOGITS), torch.tensor(ED_Y), torch.tensor(prior))
+    assert got.item() == pytest.approx(expected, abs=1e-6)
+    # the printed form differs on the same batch (the own samples add nothing there, no prior adjustment)
+    assert abs(logit_suppression(torch.tensor(ED_LOGITS), torch.tensor(ED_Y), torch.tensor(prior)).item()
+               - expected) > 0.1
+
+
+def test_feded_as_coded_is_bounded_below_where_the_printed_form_runs_away() -> None:
+    # Along the common shift z - t the printed L_logit falls by t (test above); the authors' code's
+    # levels off at sum_c p(c) log(k_c / B), k_c = the batch's samples of class c (both classes held here).
+    limit = 0.75 * math.log(2 / 3) + 0.25 * math.log(1 / 3)
+    base = torch.tensor(ED_LOGITS)
+    coded = FedED(PLAIN_SGD, 1, 4, logit_weight=1.0, logit_form="authors_code")
+    printed = FedED(PLAIN_SGD, 1, 4, logit_weight=1.0)
+    losses = {}
+    for name, algorithm in (("coded", coded), ("printed", printed)):
+        _, client, x = _teacher_setup(algorithm, ED_COUNTS, ED_TEACHER)
+        losses[name] = [algorithm.local_loss(base - t, torch.zeros(3, 3), torch.tensor(ED_Y), client, x=x).item()
+                        for t in (0.0, 30.0, 100.0)]
+    l_cal_dis = _hand_l_cal(ED_LOGITS, ED_Y, ED_COUNTS) + 0.1 * _hand_l_dis(ED_LOGITS, ED_TEACHER, [2, 3])
+    assert losses["coded"][0] == pytest.approx(l_cal_dis + _hand_l_logit_as_coded(ED_LOGITS, ED_Y, [0.75, 0.25, 0, 0]),
+                                               abs=1e-6)
+    assert losses["coded"][1] == pytest.approx(l_cal_dis + limit, abs=1e-6)
+    assert losses["coded"][2] == pytest.approx(l_cal_dis + limit, abs=1e-6)
+    assert losses["printed"][0] - losses["printed"][2] == pytest.approx(100.0, abs=1e-3)
+
+
+def test_feded_refuses_an_unknown_logit_form() -> None:
+    with pytest.raises(ValueError, match="logit_form must be one of .*authors_code.*paper.*got 'fedvls'"):
+        FedED(PLAIN_SGD, 1, 4, logit_form="fedvls")
 
 # --------------------------------------------------------------------------- FL-FCR loss (Eq. 13)
 

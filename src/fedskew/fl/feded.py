@@ -55,6 +55,15 @@ Interpretation choices (the paper's text is the specification; each choice is re
    the base's FedAvg normalises over the round's participants. Both coincide with full
    participation (the paper's main setting: N = 10, R = 1); with R < 1 the paper's rule
    shrinks the server step by Σ_{i∈M_t}|D_i|/|D|, which needs |D| the algorithm is not given.
+7. `logit_form`. "paper" (the default) is Eq. 4–5 as printed, above. "authors_code" is L_logit as
+   the authors' public FedED client computes it (repository krumpguo/FedVLS, `clientED.new_LADEloss`,
+   at the same weight 0.005), which differs in two ways: the indicator multiplies the *logit*, so
+   each sample of class c adds e^0 = 1 to the mean instead of nothing, and the logits are
+   prior-adjusted as in LADE, z_c − log p(c) + log(1/C):
+       L^c = log (1/B)·Σ_i exp(1(y_i≠c)·(z_ic − log p(c) + log(1/C))),  L_logit = Σ_{c: p(c)>0} p(c)·L^c.
+   A class with k_c ≥ 1 samples in the batch has L^c ≥ log(k_c/B): bounded below, so the common
+   shift that runs the printed form away stops there. (The code's log(p + 1e-9) is log p here:
+   only classes with p(c) > 0 carry weight.) A reading to set beside the paper's, not a fix of it.
 
 Table 5 ablations (CIFAR10/100, TinyImageNet, β = 0.05): row 1 is L_cal alone (labelled
 "FedLC" there; here `fedlogit`, the same loss), then L_cal + λ·L_dis (`feded_dis`),
@@ -105,6 +114,24 @@ def logit_suppression(logits: torch.Tensor, y: torch.Tensor, prior: torch.Tensor
     return (prior[keep] * log_means).sum()
 
 
+def logit_suppression_as_coded(logits: torch.Tensor, y: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """L_logit as the authors' code computes it (module docstring, point 7): Σ_{c: p(c)>0} p(c)·L^c with
+    L^c = log (1/B)·Σ_i exp(1(y_i≠c)·(z_ic − log p(c) + log(1/C))); a sample of class c adds e^0 = 1."""
+    batch, num_classes = logits.shape
+    prior = prior.to(device=logits.device, dtype=logits.dtype)
+    keep = prior > 0
+    if not bool(keep.any()):
+        return logits.new_zeros(())
+    adjusted = logits[:, keep] - torch.log(prior[keep]) + math.log(1.0 / num_classes)
+    not_label = (y.unsqueeze(1) != torch.arange(num_classes, device=logits.device))[:, keep]
+    log_means = torch.logsumexp(adjusted * not_label, dim=0) - math.log(batch)
+    return (prior[keep] * log_means).sum()
+
+
+# `logit_form` -> how L_logit is computed: Eq. 4-5 as printed, or as the authors' code (point 7).
+LOGIT_FORMS = {"paper": logit_suppression, "authors_code": logit_suppression_as_coded}
+
+
 class EmptyClassAwareObjective(MissingClassTreatment, FederatedAlgorithm):
     """The shared machinery of FedED and its Table 5 ablations (not a method: it has no `name`).
 
@@ -117,6 +144,9 @@ class EmptyClassAwareObjective(MissingClassTreatment, FederatedAlgorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if self.suppress and self.hp["logit_form"] not in LOGIT_FORMS:
+            raise ValueError(f"{self.name}: logit_form must be one of {sorted(LOGIT_FORMS)}, "
+                             f"got {self.hp['logit_form']!r}")
         self._teacher: nn.Module | None = None
         self._teacher_of: nn.Module | None = None
         self._client_key: tuple[int, int] | None = None
@@ -163,7 +193,8 @@ class EmptyClassAwareObjective(MissingClassTreatment, FederatedAlgorithm):
                 teacher_logits = self._teacher(x)
             loss = loss + self.hp["lam"] * empty_class_distillation(logits, teacher_logits, self._empty)
         if self.suppress:
-            loss = loss + self.hp["logit_weight"] * logit_suppression(logits, y, self._prior(logits))
+            suppression = LOGIT_FORMS[self.hp["logit_form"]]
+            loss = loss + self.hp["logit_weight"] * suppression(logits, y, self._prior(logits))
         return loss
 
 
@@ -173,7 +204,8 @@ class FedED(EmptyClassAwareObjective):
     name = "feded"
     # λ = 0.1 (MNIST, CIFAR10); the paper uses 0.5 for CIFAR100 and TinyImageNet (§4.1).
     # logit_weight: the factor of L_logit; 1 in Eq. 6 as printed, 0.005 here (module docstring, point 4).
-    hyperparameters = {"lam": 0.1, "logit_weight": 0.005}
+    # logit_form: "paper" (Eq. 4-5 as printed) or "authors_code" (module docstring, point 7).
+    hyperparameters = {"lam": 0.1, "logit_weight": 0.005, "logit_form": "paper"}
 
 
 class FedEDDistillation(EmptyClassAwareObjective):
@@ -188,6 +220,6 @@ class FedEDLogitSuppression(EmptyClassAwareObjective):
     """Table 5 ablation: L_cal + L_logit (logit suppression without distillation; no λ)."""
 
     name = "feded_logit"
-    hyperparameters = {"logit_weight": 0.005}  # see FedED
+    hyperparameters = {"logit_weight": 0.005, "logit_form": "paper"}  # see FedED
 
     distill = False
