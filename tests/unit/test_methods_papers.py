@@ -261,7 +261,6 @@ def test_feded_loss_is_unbounded_below_in_a_common_logit_shift() -> None:
     assert values[0] - values[2] == pytest.approx(10.0, abs=1e-4)
 
 
-
 def _hand_l_logit_as_coded(rows, ys, prior) -> float:
     """The authors' code's L_logit, written out: each sample of class c adds e^0 = 1; the others
     e^{z_c - log p(c) + log(1/C)}; mean over the batch, log, weighted by p(c) over held classes."""
@@ -312,6 +311,7 @@ def test_feded_as_coded_is_bounded_below_where_the_printed_form_runs_away() -> N
 def test_feded_refuses_an_unknown_logit_form() -> None:
     with pytest.raises(ValueError, match="logit_form must be one of .*authors_code.*paper.*got 'fedvls'"):
         FedED(PLAIN_SGD, 1, 4, logit_form="fedvls")
+
 
 # --------------------------------------------------------------------------- FL-FCR loss (Eq. 13)
 
