@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -16,7 +16,7 @@ from fedskew.config import load_params
 from fedskew.data import sources
 from fedskew.reproduce.claim import Claim, load_claims
 from fedskew.reproduce.layouts import check_against_params, load_layouts
-from fedskew.reproduce.ledger import write_ledger
+from fedskew.reproduce.ledger import result_text, write_ledger
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.reproduce.tables import our_cells, render
 from fedskew.reproduce.verdicts import combine_protocols, evaluate, paper_status
@@ -89,12 +89,16 @@ class Grid:
     cells: dict
     point: bool = False
     decimals: int = 2
+    diverged_seeds: dict = field(default_factory=dict)   # (row, column) -> seeds whose run diverged
 
     def values(self, row, column):
         value = self.cells.get((row, column))
         if value is None:
             return None
         return {0: value} if self.point else dict(value)
+
+    def diverged(self, row, column):
+        return sorted(self.diverged_seeds.get((row, column), []))
 
 
 GRID = {("A", "x"): 80.0, ("B", "x"): 70.0, ("C", "x"): 75.0,
@@ -143,6 +147,68 @@ def test_trend_verdicts(lines, verdict, strict) -> None:
                    direction="decreasing", word="decreases / increases as X grows")
     out = evaluate(claim, Grid(grid, point=True))
     assert (out["verdict"], out["strict"]) == (verdict, strict)
+
+
+# Diverged runs (the policy's rule): the claimed method's diverged seed fails its column; a baseline's is
+# left out of the pairing and named; a method judged on its own trend is judged on its finished seeds.
+SEEDS = {0: 0.0, 1: 0.0, 2: 0.0}
+
+
+def _seeded(level: float, spread: float = 0.1) -> dict:
+    return {s: level + spread * s for s in SEEDS}
+
+
+def test_a_claimed_method_that_diverged_fails_its_column() -> None:
+    grid = Grid({("A", "x"): {1: 80.0, 2: 81.0}, ("B", "x"): _seeded(70.0),
+                 ("A", "y"): _seeded(60.0), ("B", "y"): _seeded(50.0)}, diverged_seeds={("A", "x"): [0]})
+    out = evaluate(_claim(kind="gap", subject="A", against=["B"], columns=["x", "y"]), grid)
+    x, y = out["parts"]
+    assert x == {"label": "x", "verdict": "not reproduced", "diverged": {"A": [0]}}
+    assert y["verdict"] == "reproduced" and out["verdict"] == "partly"
+    assert result_text(out, 2).startswith("x: A diverged on seed 0 (not reproduced); y: +10.00")
+    # on every seed: still not reproduced, never "not run"
+    grid = Grid({("B", "x"): _seeded(70.0)}, diverged_seeds={("A", "x"): [0, 1, 2]})
+    out = evaluate(_claim(kind="gap", subject="A", against=["B"], columns=["x"]), grid)
+    assert out["verdict"] == "not reproduced" and result_text(out, 2) == "x: A diverged on seeds 0, 1, 2 (not reproduced)"
+
+
+def test_a_baseline_that_diverged_is_left_out_of_the_pairing_and_named() -> None:
+    grid = Grid({("A", "x"): _seeded(80.0), ("B", "x"): {0: 70.0, 2: 70.2}, ("C", "x"): _seeded(60.0)},
+                diverged_seeds={("B", "x"): [1]})
+    out = evaluate(_claim(kind="gap", subject="A", against=["B", "C"], columns=["x"]), grid)
+    [part] = out["parts"]
+    assert part["baselines"]["B"]["n"] == 2 and part["baselines"]["C"]["n"] == 3
+    assert part["diverged"] == {"B": [1]} and out["verdict"] == "reproduced"
+    assert result_text(out, 2).endswith("(B diverged on seed 1: left out of the pairing)")
+    # a baseline diverged on every seed has no pairing at all: the column cannot hold yet
+    grid = Grid({("A", "x"): _seeded(80.0), ("C", "x"): _seeded(60.0)}, diverged_seeds={("B", "x"): [0, 1, 2]})
+    out = evaluate(_claim(kind="gap", subject="A", against=["B", "C"], columns=["x"]), grid)
+    assert out["verdict"] == "inconclusive" and "not run" not in result_text(out, 2)
+    assert "B diverged on seeds 0, 1, 2" in result_text(out, 2)
+
+
+def test_diverged_runs_in_trends() -> None:
+    # gap_trend: the claimed method diverged on a seed of one column -> its lead cannot grow: not reproduced
+    order = ["p", "q", "r"]
+    grid = Grid({**{("A", c): _seeded(v) for c, v in zip(order, (80.0, 79.0, 78.0))},
+                 **{("B", c): _seeded(v) for c, v in zip(order, (79.0, 75.0, 70.0))}},
+                diverged_seeds={("A", "r"): [2]})
+    claim = _claim(kind="gap_trend", subject="A", against=["B"], order=order, direction="increasing",
+                   word="gap grows / shrinks as X grows")
+    out = evaluate(claim, grid)
+    assert out["verdict"] == "not reproduced" and result_text(out, 2).startswith("gap: A diverged on seed 2")
+    # trend of a method on its own: judged on its finished seeds; diverged on every seed somewhere: inconclusive
+    cells = {**{("A", c): _seeded(v) for c, v in zip(order, (90.0, 85.0, 80.0))},
+             ("B", "p"): {0: 90.0, 1: 90.1}, ("B", "q"): _seeded(85.0), ("B", "r"): _seeded(80.0)}
+    trend = _claim(kind="trend", along="columns", order=order, for_each=["A", "B"], direction="decreasing",
+                   word="decreases / increases as X grows")
+    out = evaluate(trend, Grid(cells, diverged_seeds={("B", "p"): [2]}))
+    assert [line["verdict"] for line in out["lines"]] == ["reproduced", "reproduced"]
+    assert out["lines"][1]["net"]["n"] == 2 and "(B diverged on seed 2: left out)" in result_text(out, 2)
+    del cells[("B", "p")]
+    out = evaluate(trend, Grid(cells, diverged_seeds={("B", "p"): [0, 1, 2]}))
+    assert [line["verdict"] for line in out["lines"]] == ["reproduced", "inconclusive"]
+    assert out["verdict"] == "partly" and "B: B diverged on seeds 0, 1, 2 (inconclusive)" in result_text(out, 2)
 
 
 def test_overall_verdict_over_protocols() -> None:

@@ -26,8 +26,8 @@ def _effect_from(record: dict) -> Effect:  # an effect back from its record in `
 
 def _places(result: dict, floor: int) -> int:
     """Print a claim's numbers at the precision of the values compared (at least the paper's)."""
-    numbers = [p["effect"]["mean"] for p in result.get("parts", [])]
-    numbers += [v for line in result.get("lines", []) for v in line["series"]]
+    numbers = [p["effect"]["mean"] for p in result.get("parts", []) if "effect" in p]
+    numbers += [v for line in result.get("lines", []) for v in line.get("series", [])]
     magnitude = max((abs(v) for v in numbers if v), default=None)
     return policy.decimals_for(magnitude, floor) if magnitude else floor
 
@@ -47,14 +47,29 @@ def _mark(verdict: str, paper: bool) -> str:
     return " (fails)" if paper else f" ({verdict})"
 
 
+def _diverged_text(diverged: dict[str, list[int]]) -> str:
+    """'FedED diverged on seeds 0, 2' for each method of a part or line that did."""
+    return "; ".join(f"{method} diverged on seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                     for method, seeds in diverged.items())
+
+
 def _part_text(part: dict, places: int, paper: bool) -> str:
+    diverged = part.get("diverged", {})
+    if "effect" not in part:  # the claimed method diverged: nothing to compare (the policy's rule)
+        return f"{part['label']}: {_diverged_text(diverged)}{_mark(part['verdict'], paper)}"
     effect = policy.fmt_effect(_effect_from(part["effect"]), places)
-    missing = part.get("baselines_missing")
+    missing = [b for b in part.get("baselines_missing", []) if b not in diverged]
     without = f", without {', '.join(missing)} (not run)" if missing else ""
-    return f"{part['label']}: {effect} vs {part['vs']}{_mark(part['verdict'], paper)}{without}"
+    left_out = f" ({_diverged_text(diverged)}: left out of the pairing)" if diverged else ""
+    return f"{part['label']}: {effect} vs {part['vs']}{_mark(part['verdict'], paper)}{without}{left_out}"
 
 
 def _line_text(line: dict, places: int, paper: bool) -> str:
+    if "series" not in line:  # diverged: the claimed method's lead, or a method's every seed somewhere
+        return f"{line['label']}: {_diverged_text(line['diverged'])}{_mark(line['verdict'], paper)}"
+    if line.get("diverged"):
+        return _line_text({k: v for k, v in line.items() if k != "diverged"}, places, paper) + \
+            f" ({_diverged_text(line['diverged'])}: left out)"
     series = " → ".join(f"{v:.{places}f}" for v in line["series"])
     net = policy.fmt_effect(_raw(line["net"], line["direction"]), places)
     text = f"{line['label']}: {series}"
@@ -165,6 +180,11 @@ def render_policy() -> str:
               "seed). A claim needs every baseline in each column; its columns or lines combine to *partly* when "
               "some but not all are reproduced. Across protocols, inconclusive ones decide nothing and conclusive "
               "ones that disagree give *partly*.",
+              "- **Diverged runs** have no number. Where the claim's own method diverged on a seed, that column "
+              "(or its lead's trend) is *not reproduced*: the method the paper reports did not train there. A "
+              "baseline's diverged seeds are left out of its pairing, and a method whose own trend is judged is "
+              "judged on its finished seeds (*inconclusive* where a setting has none). The ledger names every "
+              "diverged seed.",
               f"- **Trends**: net change in the stated direction and no step against it by more than "
               f"{rules.trend_tolerance:g} point (the trend tolerance); strict monotonicity is the named reading "
               "*strict*, shown beside it.",

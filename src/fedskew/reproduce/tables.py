@@ -43,13 +43,17 @@ class OurCell:
 
     spec: CellSpec
     seeds: dict[int, float] = field(default_factory=dict)   # seed -> metric (accuracy in %, or loss)
-    diverged: int = 0
+    diverged_seeds: set[int] = field(default_factory=set)   # seeds whose run diverged (no metric)
     not_run: str | None = None
     imported: bool = False   # read from runs trained elsewhere (reproduce.imported)
 
     @property
     def n(self) -> int:
         return len(self.seeds)
+
+    @property
+    def diverged(self) -> int:
+        return len(self.diverged_seeds)
 
     @property
     def mean(self) -> float | None:
@@ -121,7 +125,7 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
     for cfg in runs:
         record = read_metrics(cfg, root)
         if record.get("status") == "diverged":
-            cell.diverged += 1
+            cell.diverged_seeds.add(cfg.seed)
             continue
         if spec.statistic not in STATISTICS:
             raise ValueError(f"cell {spec}: statistic {spec.statistic!r} is not one of {STATISTICS}")
@@ -182,8 +186,10 @@ def derive(spec: CellSpec, parts: list[OurCell], combine) -> OurCell:
     if missing is not None:
         return OurCell(spec, not_run=missing.not_run)
     common = set.intersection(*(set(part.seeds) for part in parts))
+    # a seed on which any part diverged has no derived value either
     cell = OurCell(spec, seeds={seed: combine([part.seeds[seed] for part in parts]) for seed in sorted(common)},
-                   diverged=max(part.diverged for part in parts), imported=any(part.imported for part in parts))
+                   diverged_seeds=set().union(*(part.diverged_seeds for part in parts)),
+                   imported=any(part.imported for part in parts))
     if not cell.seeds and not cell.diverged:
         cell.not_run = "its cells share no seed"
     return cell

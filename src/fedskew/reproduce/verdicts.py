@@ -56,6 +56,9 @@ class CellSource(Protocol):
     def values(self, row: str, column: str) -> dict[int, float] | None:
         """seed -> value (the paper: {0: printed value}); None where the cell has no number."""
 
+    def diverged(self, row: str, column: str) -> list[int]:
+        """The seeds whose run of this cell diverged (none for the paper's printed numbers)."""
+
 
 @dataclass
 class PaperSource:
@@ -70,6 +73,9 @@ class PaperSource:
         value = self.table.value(row, column)
         return None if value is None else {0: value}
 
+    def diverged(self, row: str, column: str) -> list[int]:
+        return []
+
 
 @dataclass
 class OursSource:
@@ -80,6 +86,9 @@ class OursSource:
     def values(self, row: str, column: str) -> dict[int, float] | None:
         cell = self.cells[(row, column)]
         return dict(cell.seeds) if cell.seeds else None
+
+    def diverged(self, row: str, column: str) -> list[int]:
+        return sorted(self.cells[(row, column)].diverged_seeds)
 
 
 def combined_effect(source: CellSource, terms: list[tuple[float, dict[int, float]]]) -> Effect | None:
@@ -190,6 +199,10 @@ def _evaluate_gap(claim: Claim, source: CellSource, factor: float) -> dict:
         sign = -1.0
     for label, columns in units:
         total += 1
+        failed = sorted({s for c, _ in columns for s in source.diverged(claim.subject, c)})
+        if failed:  # the claimed method did not train on these seeds: the column cannot hold (policy)
+            parts.append({"label": label, "verdict": NOT_REPRODUCED, "diverged": {claim.subject: failed}})
+            continue
         subject = [source.values(claim.subject, c) for c, _ in columns]
         if any(v is None for v in subject):
             continue
@@ -201,6 +214,10 @@ def _evaluate_gap(claim: Claim, source: CellSource, factor: float) -> dict:
                 baseline_terms[baseline] = [(-sign * w, v) for (_, w), v in zip(columns, values)]
         part = _gap_part(claim, source, label, subject_terms, baseline_terms, threshold)
         if part is not None:
+            left_out = {b: seeds for b in claim.against
+                        if (seeds := sorted({s for c, _ in columns for s in source.diverged(b, c)}))}
+            if left_out:
+                part["diverged"] = left_out
             parts.append(part)
     verdict = combine_parts([p["verdict"] for p in parts], claim.quantifier)
     out = {"verdict": verdict, "parts": parts, "within_tolerance": False}
@@ -256,21 +273,48 @@ def _judge_line(claim: Claim, source: CellSource, series: list[list[tuple[float,
             "within_tolerance": verdict == REPRODUCED and strict != REPRODUCED}
 
 
-def _evaluate_trend(claim: Claim, source: CellSource, factor: float) -> dict:
+def _diverged_in(source: CellSource, cells: list[tuple[str, str]]) -> dict[str, list[int]]:
+    """row -> the seeds whose run diverged in any of these cells (rows without any left out)."""
+    out: dict[str, set[int]] = {}
+    for row, column in cells:
+        if seeds := source.diverged(row, column):
+            out.setdefault(row, set()).update(seeds)
+    return {row: sorted(seeds) for row, seeds in out.items()}
+
+
+def _trend_line(claim: Claim, source: CellSource, factor: float, label: str) -> dict | None:
+    """One line of a trend claim (a method's own trend, or gap_trend's lead over the best baseline), or
+    None where it has not run. Diverged runs (the policy's rule): the claimed method's diverged seed fails
+    the lead; a method judged on its own is judged on its finished seeds, and one with none somewhere is
+    inconclusive; the diverged seeds are named."""
     if claim.kind == "gap_trend":
-        candidates = [("gap", _gap_series(claim, source))]
+        failed = _diverged_in(source, [(claim.subject, c) for c in claim.order])
+        if failed:
+            return {"label": label, "verdict": NOT_REPRODUCED, "diverged": failed}
+        series = _gap_series(claim, source)
+        left_out = _diverged_in(source, [(b, c) for b in claim.against for c in claim.order])
     else:
-        candidates = []
-        for line in claim.for_each:
-            values = [source.values(r, c) for r, c in _line_cells(claim, line)]
-            candidates.append((line, None if any(v is None for v in values) else [[(1.0, v)] for v in values]))
-    lines = [judged for label, series in candidates if series is not None
-             and (judged := _judge_line(claim, source, series, factor, label)) is not None]
+        cells = _line_cells(claim, label)
+        values = [source.values(r, c) for r, c in cells]
+        left_out = _diverged_in(source, cells)
+        if any(v is None for v in values):
+            return {"label": label, "verdict": INCONCLUSIVE, "diverged": left_out} if left_out else None
+        series = [[(1.0, v)] for v in values]
+    judged = None if series is None else _judge_line(claim, source, series, factor, label)
+    if judged is not None and left_out:
+        judged["diverged"] = left_out
+    return judged
+
+
+def _evaluate_trend(claim: Claim, source: CellSource, factor: float) -> dict:
+    labels = ["gap"] if claim.kind == "gap_trend" else list(claim.for_each)
+    lines = [line for label in labels if (line := _trend_line(claim, source, factor, label)) is not None]
     verdict = combine_parts([line["verdict"] for line in lines], claim.quantifier)
-    out = {"verdict": verdict, "lines": lines, "within_tolerance": any(line["within_tolerance"] for line in lines),
-           "strict": combine_parts([line["strict"] for line in lines], claim.quantifier)}
-    if lines and len(lines) < len(candidates):
-        out["detail"] = f"{len(lines)} of {len(candidates)} lines run"
+    out = {"verdict": verdict, "lines": lines,
+           "within_tolerance": any(line.get("within_tolerance", False) for line in lines),
+           "strict": combine_parts([line.get("strict", line["verdict"]) for line in lines], claim.quantifier)}
+    if lines and len(lines) < len(labels):
+        out["detail"] = f"{len(lines)} of {len(labels)} lines run"
     return out
 
 
