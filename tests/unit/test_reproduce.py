@@ -169,7 +169,8 @@ def test_a_claimed_method_that_diverged_fails_its_column() -> None:
     # on every seed: still not reproduced, never "not run"
     grid = Grid({("B", "x"): _seeded(70.0)}, diverged_seeds={("A", "x"): [0, 1, 2]})
     out = evaluate(_claim(kind="gap", subject="A", against=["B"], columns=["x"]), grid)
-    assert out["verdict"] == "not reproduced" and result_text(out, 2) == "x: A diverged on seeds 0, 1, 2 (not reproduced)"
+    assert out["verdict"] == "not reproduced"
+    assert result_text(out, 2) == "x: A diverged on seeds 0, 1, 2 (not reproduced)"
 
 
 def test_a_baseline_that_diverged_is_left_out_of_the_pairing_and_named() -> None:
