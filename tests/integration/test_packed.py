@@ -172,6 +172,29 @@ def test_a_damaged_or_stale_archive_is_refused_and_nothing_is_written(project, t
         import_archives(params, [archive], home)
 
 
+def test_shipping_into_a_folder_adds_only_the_runs_its_archives_do_not_hold(project, tiny_params, tmp_path) -> None:
+    # A suite trained in stretches (on one machine or several) ships into its committed folder after each one.
+    params = load_params(project / "params.yaml")
+    first, second = (select_runs(params, ["tiny"], partitions=["dir0.5"], seeds=[s]) for s in (0, 1))
+    run_piece(first, workers=1, time_limit_s=600, threads=1, log_path=project / "pieces.jsonl")
+    folder = tmp_path / "imported"
+    [one] = ship(first + second, folder, root=project, stamp="1")
+    assert ship(first + second, folder, root=project, stamp="2") == []  # nothing new: nothing written
+
+    run_piece(second, workers=1, time_limit_s=600, threads=1, log_path=project / "pieces.jsonl")
+    [two] = ship(first + second, folder, root=project, stamp="3")
+    manifest = json.loads(tarfile.open(two, "r:gz").extractfile("MANIFEST.json").read())
+    assert [r["run_id"] for r in manifest["runs"]] == [cfg.run_id for cfg in second]
+    report = import_archives(params, [one, two], tmp_path / "home")
+    assert len(report.imported) == len(first + second)
+
+    again = run_training(first[0], root=project)  # trained again on another machine: another provenance
+    write_run_files(first[0], again.history, {**again.final, "provenance": {"device_name": "another"}}, project)
+    with pytest.raises(ArchiveError, match=r"already shipped in .*1-01.tar.gz with other bytes .* packed import"):
+        ship(first, folder, root=project, stamp="4")
+    assert sorted(p.name for p in folder.iterdir()) == [one.name, two.name]
+
+
 def test_the_command_line_runs_a_slice_and_reports_its_throughput(project, tiny_params) -> None:
     done = subprocess.run([sys.executable, "-m", "fedskew", "packed", "run", "--suite", "tiny", "--partition", "q2",
                            "--workers", "2", "--max-rounds", "2", "--first", "fedlc"],

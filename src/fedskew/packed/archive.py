@@ -46,20 +46,35 @@ def _run_files(cfg: RunConfig, root: Path) -> dict[str, bytes]:
             for name in RUN_FILES}
 
 
+def shipped_files(out_dir: Path) -> dict[str, tuple[str, Path]]:
+    """Every run file the archives already in `out_dir` hold: its path → (sha256, the archive holding it)."""
+    held: dict[str, tuple[str, Path]] = {}
+    for archive in sorted(out_dir.glob("*.tar.gz")) if out_dir.is_dir() else []:
+        manifest, _ = _read_archive(archive)
+        held.update({name: (entry["sha256"], archive) for name, entry in manifest["files"].items()})
+    return held
+
+
 def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes: int = MAX_ARCHIVE_BYTES,
          stamp: str | None = None) -> list[Path]:
     """Pack the finished runs among `runs` into archives of at most `max_bytes` each; return their paths.
 
     Runs are packed whole and in order; an archive closes before a run that would push its
-    uncompressed content past `max_bytes` (so the compressed file stays below it too).
+    uncompressed content past `max_bytes` (so the compressed file stays below it too). A run
+    that an archive already in `out_dir` holds with the same bytes is not packed again, so
+    shipping into a suite's committed folder (results/imported/<suite>/) after each stretch of
+    training adds only the runs finished since; one held there with other bytes is refused.
     """
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     finished = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
+    held = shipped_files(out_dir)
     groups: list[list[tuple[RunConfig, dict[str, bytes]]]] = [[]]
     size = 0
     for cfg in finished:
         read_metrics(cfg, root)  # ship only intact runs
         files = _run_files(cfg, root)
+        if _already_shipped(files, held):
+            continue
         run_bytes = sum(len(b) for b in files.values())
         if run_bytes + 64 * 1024 > max_bytes:  # (a manifest's share)
             raise ArchiveError(f"{cfg.path(paths.RUN_DIR)} holds {run_bytes} bytes, more than one archive may "
@@ -76,6 +91,19 @@ def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes
         _write_archive(path, group)
         archives.append(path)
     return archives
+
+
+def _already_shipped(files: dict[str, bytes], held: dict[str, tuple[str, Path]]) -> bool:
+    """Whether archives already hold this run's files with the same bytes (an error if with other bytes)."""
+    if not any(name in held for name in files):
+        return False
+    for name, data in files.items():
+        if name not in held or hashlib.sha256(data).hexdigest() != held[name][0]:
+            where = held.get(name, next(held[n] for n in files if n in held))[1]
+            raise ArchiveError(f"{name.rsplit('/', 1)[0]} is already shipped in {where} with other bytes (it was "
+                               f"trained again); a run is shipped once: import that folder's archives before training "
+                               f"(`fedskew packed import`), which leaves finished runs alone")
+    return True
 
 
 def _write_archive(path: Path, group: list[tuple[RunConfig, dict[str, bytes]]]) -> None:

@@ -79,7 +79,8 @@ def cmd_ship(params: Params, args: argparse.Namespace) -> None:
     for path in archives:
         print(f"{path} ({path.stat().st_size} bytes)")
     if not archives:
-        print("packed ship: no finished run in the selection; nothing written")
+        print("packed ship: no finished run in the selection that the archives in --out do not already hold; "
+              "nothing written")
 
 
 def cmd_import(params: Params, args: argparse.Namespace) -> None:
@@ -134,7 +135,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     selection(p)
     p = verbs.add_parser("ship", help="pack the selection's finished runs into verified archives")
     selection(p)
-    p.add_argument("--out", required=True, help="folder for the archives")
+    p.add_argument("--out", required=True, help="folder for the archives (runs its archives hold are not packed again)")
     p.add_argument("--max-mb", type=float, default=16.0, dest="max_mb", help="largest archive in MiB (default 16)")
     p = verbs.add_parser("import", help="verify archives and add their runs to results/runs and MLflow")
     p.add_argument("archive", nargs="+")
