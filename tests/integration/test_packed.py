@@ -182,7 +182,8 @@ def test_shipping_into_a_folder_adds_only_the_runs_its_archives_do_not_hold(proj
     assert ship(first + second, folder, root=project, stamp="2") == []  # nothing new: nothing written
 
     run_piece(second, workers=1, time_limit_s=600, threads=1, log_path=project / "pieces.jsonl")
-    [two] = ship(first + second, folder, root=project, stamp="3")
+    [two] = ship(first + second, folder, root=project, stamp="1")  # the same stamp: a name of its own
+    assert two.name.endswith("1-02.tar.gz")
     manifest = json.loads(tarfile.open(two, "r:gz").extractfile("MANIFEST.json").read())
     assert [r["run_id"] for r in manifest["runs"]] == [cfg.run_id for cfg in second]
     report = import_archives(params, [one, two], tmp_path / "home")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import re
 import tarfile
@@ -46,7 +47,7 @@ def _run_files(cfg: RunConfig, root: Path) -> dict[str, bytes]:
             for name in RUN_FILES}
 
 
-def shipped_files(out_dir: Path) -> dict[str, tuple[str, Path]]:
+def _shipped_files(out_dir: Path) -> dict[str, tuple[str, Path]]:
     """Every run file the archives already in `out_dir` hold: its path → (sha256, the archive holding it)."""
     held: dict[str, tuple[str, Path]] = {}
     for archive in sorted(out_dir.glob("*.tar.gz")) if out_dir.is_dir() else []:
@@ -67,7 +68,7 @@ def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes
     """
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     finished = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
-    held = shipped_files(out_dir)
+    held = _shipped_files(out_dir)
     groups: list[list[tuple[RunConfig, dict[str, bytes]]]] = [[]]
     size = 0
     for cfg in finished:
@@ -86,8 +87,10 @@ def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes
         size += run_bytes
     out_dir.mkdir(parents=True, exist_ok=True)
     archives = []
-    for k, group in enumerate(g for g in groups if g):
-        path = out_dir / f"fedskew-runs-{stamp}-{k + 1:02d}.tar.gz"
+    names = (out_dir / f"fedskew-runs-{stamp}-{k:02d}.tar.gz" for k in itertools.count(1))
+    free = (path for path in names if not path.exists())  # never over an archive already there
+    for group in (g for g in groups if g):
+        path = next(free)
         _write_archive(path, group)
         archives.append(path)
     return archives
@@ -99,7 +102,7 @@ def _already_shipped(files: dict[str, bytes], held: dict[str, tuple[str, Path]])
         return False
     for name, data in files.items():
         if name not in held or hashlib.sha256(data).hexdigest() != held[name][0]:
-            where = held.get(name, next(held[n] for n in files if n in held))[1]
+            where = next(held[n][1] for n in files if n in held)
             raise ArchiveError(f"{name.rsplit('/', 1)[0]} is already shipped in {where} with other bytes (it was "
                                f"trained again); a run is shipped once: import that folder's archives before training "
                                f"(`fedskew packed import`), which leaves finished runs alone")
