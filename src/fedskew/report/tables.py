@@ -37,6 +37,8 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
     metrics = ["final_acc", "final_balanced_acc", "best_acc", "total_bytes_up", "total_bytes_down"]
     runs = runs.assign(diverged=runs["status"] == "diverged")
     runs[metrics] = runs[metrics].astype(float)  # a diverged run has no accuracy (NaN)
+    # nor a whole run's traffic: it stopped early, and its bytes would make the method look cheaper
+    runs.loc[runs["diverged"], metrics] = math.nan
     grouped = runs.groupby(["dataset", "partition", "method"], sort=False)
     out = grouped[metrics].agg(["mean", "std"])
     out.columns = [f"{metric}_{stat}" for metric, stat in out.columns]
