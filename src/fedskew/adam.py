@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 import torch
 
+from fedskew import exact_math
 from fedskew.sgd import LocalOptimizer
 
 BETAS = (0.9, 0.999)  # torch's defaults; FL-FCR gives only the learning rates
@@ -51,5 +52,5 @@ class Adam(LocalOptimizer):
             first.lerp_(grad, 1 - beta1)
             second.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             step_size = self.lr / (1 - beta1 ** step)
-            denominator = (second.sqrt() / (1 - beta2 ** step) ** 0.5).add_(self.eps)
+            denominator = (exact_math.sqrt(second) / (1 - beta2 ** step) ** 0.5).add_(self.eps)
             param.addcdiv_(first, denominator, value=-step_size)

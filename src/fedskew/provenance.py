@@ -30,17 +30,25 @@ def code_sha256() -> str:
     return digest.hexdigest()
 
 
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 @cache
 def commit() -> str:
-    """The git commit of the code, FEDSKEW_COMMIT when git cannot tell, else "unknown"."""
-    try:
-        done = subprocess.run(["git", "-C", str(SOURCE_ROOT), "rev-parse", "--verify", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
-        if done.returncode == 0 and done.stdout.strip():
-            return done.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("FEDSKEW_COMMIT", "unknown")
+    """The git commit of the code, FEDSKEW_COMMIT when git cannot tell, else "unknown".
+
+    A commit whose fedskew sources (src/fedskew) differ from the working tree's is marked `+dirty`:
+    the run was computed by code that commit does not hold (its `code_sha256` says which)."""
+    head = _git("rev-parse", "--verify", "HEAD")
+    if not head:
+        return os.environ.get("FEDSKEW_COMMIT", "unknown")
+    changed = _git("status", "--porcelain", "--untracked-files=normal", "--", ".")
+    return f"{head}+dirty" if changed else head
 
 
 @cache

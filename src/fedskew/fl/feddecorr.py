@@ -20,6 +20,7 @@ with the batch size. A batch of one has no correlation: the penalty is 0 (as in 
 import torch
 import torch.nn.functional as F
 
+from fedskew import exact_math
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
 
 EPS = 1e-8  # inside the square root, as in the official code
@@ -32,7 +33,7 @@ def decorrelation_penalty(features: torch.Tensor) -> torch.Tensor:
     if n < 2 or d < 2:  # no batch statistics, or no pair of dimensions
         return features.sum() * 0.0
     centred = features - features.mean(dim=0, keepdim=True)
-    z = centred / torch.sqrt(EPS + centred.var(dim=0, keepdim=True))  # unbiased var (N − 1), as the code
+    z = centred / exact_math.sqrt(EPS + centred.var(dim=0, keepdim=True))  # unbiased var (N − 1), as the code
     gram = z.t() @ z
     off_diagonal = gram[~torch.eye(d, dtype=torch.bool, device=gram.device)]
     return off_diagonal.pow(2).mean() / n

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedskew import exact_math
 from fedskew.fl.base import (
     AverageFold,
     ClientContext,
@@ -140,7 +141,7 @@ class _ServerOptimizer(ParameterAwareAlgorithm):
             m = beta1 * m + (1 - beta1) * d
             v = self._update_v(v, d * d)
             self._m[key], self._v[key] = m, v
-            out[key] = global_state[key] + lr * m / (v.sqrt() + tau)
+            out[key] = global_state[key] + lr * m / (exact_math.sqrt(v) + tau)
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedskew import exact_math
 from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
 from fedskew.fl.losses import true_class_margin_cross_entropy
 from fedskew.sgd import SGD
@@ -173,7 +174,7 @@ def sample_class_features(mean: torch.Tensor, cov: torch.Tensor, num: int, gener
                           ) -> torch.Tensor:
     """`num` draws from N(mean, cov) in float64; exact for singular (positive semi-definite) cov."""
     eigenvalues, eigenvectors = torch.linalg.eigh(cov.cpu().to(torch.float64))
-    factor = eigenvectors * eigenvalues.clamp_min(0).sqrt()
+    factor = eigenvectors * exact_math.sqrt(eigenvalues.clamp_min(0))
     noise = torch.randn(num, mean.numel(), generator=generator, dtype=torch.float64)
     return mean.cpu().to(torch.float64) + noise @ factor.T
 
