@@ -56,6 +56,15 @@ def _shipped_files(out_dir: Path) -> dict[str, tuple[str, Path]]:
     return held
 
 
+def archived_run_ids(out_dir: Path) -> set[str]:
+    """The run ids that the archives in `out_dir` hold (each archive verified against its manifest)."""
+    ids: set[str] = set()
+    for archive in sorted(out_dir.glob("*.tar.gz")) if out_dir.is_dir() else []:
+        manifest, _ = _read_archive(archive)
+        ids.update(entry["run_id"] for entry in manifest.get("runs", []))
+    return ids
+
+
 def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes: int = MAX_ARCHIVE_BYTES,
          stamp: str | None = None) -> list[Path]:
     """Pack the finished runs among `runs` into archives of at most `max_bytes` each; return their paths.
