@@ -9,7 +9,12 @@ its CPUID reports), once with FEDSKEW_CPU_KERNELS=portable and once with =native
   (client part to the cut, server part after it, the activations' gradient sent back, as a split
   method trains);
 - `train`: the first `--rounds` rounds of the default suite's FedAvg on digits Q(2), seed 2, with the
-  engine, its evaluation included.
+  engine, its evaluation included;
+- `ops`: single operations on 5,000 fixed random numbers (float32 and float64) that the methods use:
+  fedskew's square root (`fedskew.exact_math`), exp, log, tanh, rsqrt, division, variance, norm, a matrix
+  product, and 20 steps of fedskew's Adam on FL-FCR's MLP. torch's own `sqrt` is shown beside them and
+  left out of the comparison: it is not correctly rounded under the pin and differs between CPUs with
+  and without AVX-512, which is why fedskew does not use it on CPU (docs/reliability.md).
 
 `--recipe` puts every model on that portable recipe (fedskew.cpu_pin.RECIPES; default: the newest),
 whether or not the model is on it in the project (cpu_pin.RECIPE_1_MODELS: logistic regression stays on
@@ -22,7 +27,7 @@ row takes minutes per model. Default models: Intel Haswell (AVX2, no AVX-512), I
 Skylake-Server (AVX-512), AMD EPYC-Rome (AVX2, an AMD CPUID, which MKL treats apart).
 
     PYTHONPATH=src .venv/bin/python benchmarks/cpu_portability.py [--cpus Haswell-v4 EPYC-Rome] \\
-        [--checks steps train] [--kernels portable native] [--rounds 3] [--recipe 2]
+        [--checks steps train ops] [--kernels portable native] [--rounds 3] [--recipe 2]
 """
 
 from __future__ import annotations
@@ -119,6 +124,40 @@ def train_check(rounds: int) -> str:
             f"test loss {result.history[-1]['test_loss']!r}")
 
 
+def ops_check() -> tuple[str, str]:
+    """Digests of single operations (compared between CPUs), and of torch.sqrt (shown, not compared)."""
+    import torch
+    import torch.nn.functional as F
+
+    from fedskew import exact_math
+    from fedskew.adam import Adam
+    from fedskew.data.registry import DatasetInfo
+    from fedskew.models import build_model
+
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(0)
+    digests, shown = [], []
+    for dtype in (torch.float32, torch.float64):
+        x = torch.rand(5000, generator=generator, dtype=dtype) * 10 + 0.01
+        y = torch.randn(5000, generator=generator, dtype=dtype)
+        ops = {"sqrt": exact_math.sqrt(x), "exp": torch.exp(y), "log": torch.log(x), "tanh": torch.tanh(y),
+               "rsqrt": torch.rsqrt(x), "div": y / x, "var": x.reshape(50, 100).var(dim=0),
+               "norm": torch.linalg.vector_norm(y.reshape(50, 100), dim=1), "mm": x.reshape(50, 100) @ y.reshape(100, 50)}
+        name = str(dtype).removeprefix("torch.")
+        digests += [f"{op} {name} {_digest(out.numpy().tobytes())}" for op, out in ops.items()]
+        shown.append(f"torch.sqrt {name} {_digest(torch.sqrt(x).numpy().tobytes())}")
+    torch.manual_seed(0)
+    model = build_model("flfcr_mlp", DatasetInfo((784,), 10, False, False))
+    inputs, labels = torch.randn(32, 784, generator=generator), torch.randint(0, 10, (32,), generator=generator)
+    optimiser = Adam(model.parameters(), lr=1e-3)
+    for _ in range(20):
+        optimiser.zero_grad()
+        F.cross_entropy(model(inputs), labels).backward()
+        optimiser.step()
+    digests.append("adam flfcr_mlp " + _digest(*(p.detach().numpy().tobytes() for p in model.state_dict().values())))
+    return ", ".join(digests), ", ".join(shown)
+
+
 def child(check: str, rounds: int, recipe: int) -> None:
     from fedskew import cpu_pin
 
@@ -128,8 +167,12 @@ def child(check: str, rounds: int, recipe: int) -> None:
     cpu_pin.kernel_recipe = lambda model: 1 if model == "logreg" else recipe
 
     cpu_pin.configure_torch()
-    text = steps_check() if check == "steps" else train_check(rounds)
-    print(json.dumps({"capability": str(torch.backends.cpu.get_cpu_capability()), "result": text}))
+    shown = ""
+    if check == "ops":
+        text, shown = ops_check()
+    else:
+        text = steps_check() if check == "steps" else train_check(rounds)
+    print(json.dumps({"capability": str(torch.backends.cpu.get_cpu_capability()), "result": text, "shown": shown}))
 
 
 def measure(cpu: str, check: str, kernels: str, rounds: int, recipe: int) -> dict:
@@ -142,7 +185,7 @@ def measure(cpu: str, check: str, kernels: str, rounds: int, recipe: int) -> dic
         command = ["qemu-x86_64", "-cpu", cpu, *command]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        return {"capability": "?", "result": f"failed: {done.stderr.strip().splitlines()[-1:]}"}
+        return {"capability": "?", "result": f"failed: {done.stderr.strip().splitlines()[-1:]}", "shown": ""}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -150,12 +193,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpus", nargs="*", default=["Haswell-v4", "Skylake-Server-v4", "EPYC-Rome"],
                         help="QEMU CPU models (`qemu-x86_64 -cpu help`); this machine's CPU always runs first")
-    parser.add_argument("--checks", nargs="+", default=["steps", "train"], choices=["steps", "train"])
+    parser.add_argument("--checks", nargs="+", default=["steps", "train", "ops"], choices=["steps", "train", "ops"])
     parser.add_argument("--kernels", nargs="+", default=["portable", "native"], choices=["portable", "native"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--recipe", type=int, default=None, help="the portable recipe for every model but logreg "
                                                                    "(default: the newest, fedskew.cpu_pin.RECIPE)")
-    parser.add_argument("--child", choices=["steps", "train"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["steps", "train", "ops"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.recipe is None:
         from fedskew.cpu_pin import RECIPE
@@ -176,6 +219,8 @@ def main() -> None:
             print(f"{check} / {kernels}: {'identical on every CPU' if same else 'DIFFERENT between CPUs'}")
             for cpu, got in results.items():
                 print(f"  {cpu:18s} ({got['capability']}): {got['result']}", flush=True)
+                if got["shown"]:
+                    print(f"  {'':18s} not compared: {got['shown']}", flush=True)
 
 
 if __name__ == "__main__":

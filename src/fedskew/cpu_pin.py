@@ -26,7 +26,10 @@ the instruction set:
 - no oneDNN and no NNPACK for CPU training (`configure_torch`): convolutions then run as ATen's
   im2col and MKL's matrix products;
 - the same OpenBLAS for the data generated with numpy (Synthetic(λ, μ)); oneDNN, where anything
-  still reaches it, at AVX2.
+  still reaches it, at AVX2;
+- square roots through numpy's correctly rounded one (`fedskew.exact_math`, used by Adam, the FedOpt
+  servers, FedDecorr and FL-FCR's sampling): torch's CPU sqrt is not correctly rounded under these
+  variables, and its bits differ between an AMD Zen 4 with AVX-512 and CPUs without it.
 
 The recipe has a version (`RECIPES`): a run's id covers the recipe its model runs under
 (`kernel_recipe`), so that a run computed under an older recipe is retrained, never reused.
