@@ -142,7 +142,8 @@ def ops_check() -> tuple[str, str]:
         y = torch.randn(5000, generator=generator, dtype=dtype)
         ops = {"sqrt": exact_math.sqrt(x), "exp": torch.exp(y), "log": torch.log(x), "tanh": torch.tanh(y),
                "rsqrt": torch.rsqrt(x), "div": y / x, "var": x.reshape(50, 100).var(dim=0),
-               "norm": torch.linalg.vector_norm(y.reshape(50, 100), dim=1), "mm": x.reshape(50, 100) @ y.reshape(100, 50)}
+               "norm": torch.linalg.vector_norm(y.reshape(50, 100), dim=1),
+               "mm": x.reshape(50, 100) @ y.reshape(100, 50)}
         name = str(dtype).removeprefix("torch.")
         digests += [f"{op} {name} {_digest(out.numpy().tobytes())}" for op, out in ops.items()]
         shown.append(f"torch.sqrt {name} {_digest(torch.sqrt(x).numpy().tobytes())}")

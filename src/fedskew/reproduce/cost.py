@@ -143,7 +143,8 @@ def here_text(c: dict) -> str:
 def cost_markdown(params: Params) -> str:
     lines = [f"| table | runs | training + evaluation (PFLOP) | GPU-hours at {ASSUMED_GPU_TFLOPS:g} TFLOP/s "
              "(estimate) | CPU-hours at the measured rate (runs it covers) | data from | of which run here "
-             "(reproduce.suites; + imported: runs in the committed archives of reproduce.imported) | suites |", "|---|---|---|---|---|---|---|---|"]
+             "(reproduce.suites; + imported: runs in the committed archives of reproduce.imported) | suites |",
+             "|---|---|---|---|---|---|---|---|"]
     for table_id in load_layouts():
         c = table_cost(params, table_id)
         cpu = f"{c['cpu_hours']:.3g} ({c['cpu_runs']} of {c['runs']})" if c["cpu_runs"] else "—"
