@@ -157,9 +157,12 @@ def cmd_ui(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_cost(params: Params, args: argparse.Namespace) -> None:
+    from fedskew.packed.archive import archived_run_ids
     from fedskew.reproduce.cost import cost_markdown
 
-    print(cost_markdown(params))
+    imported = frozenset().union(*(archived_run_ids(Path(paths.IMPORTED_ARCHIVES.format(suite=suite)))
+                                   for suite in params.imported_suites))
+    print(cost_markdown(params, imported))
 
 
 def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:

@@ -52,18 +52,18 @@ def test_a_table_without_a_measured_rate_reads_a_dash() -> None:
     assert row.split(" | ")[4] == "—"
 
 
-def test_runs_of_imported_suites_count_as_run_here_where_the_archives_hold_them(monkeypatch) -> None:
+def test_runs_of_imported_suites_count_as_run_here_where_the_archives_hold_them() -> None:
     """feded_mnist is under reproduce.imported, and its 117 runs are committed as archives: feded_t1 says so."""
     from fedskew.packed.archive import archived_run_ids
 
-    monkeypatch.chdir(REPO)
     params = load_params(REPO / "params.yaml")
-    c = cost.table_cost(params, "feded_t1")
-    archived = archived_run_ids(REPO / "results" / "imported" / "feded_mnist")
+    archived = frozenset(archived_run_ids(REPO / "results" / "imported" / "feded_mnist"))
+    c = cost.table_cost(params, "feded_t1", archived)
     assert c["runs_here"] == 0 and c["runs_imported"] == len(archived) == 117
-    row = next(line for line in cost.cost_markdown(params).splitlines() if line.startswith("| feded_t1 |"))
+    row = next(line for line in cost.cost_markdown(params, archived).splitlines() if line.startswith("| feded_t1 |"))
     assert "| 0 + 117 imported |" in row
-    assert cost.here_text(cost.table_cost(params, "flfcr_t2")) == "240"  # no imported suite: the plain count
+    assert cost.here_text(cost.table_cost(params, "flfcr_t2", archived)) == "240"  # no imported suite: the plain count
+    assert cost.table_cost(params, "feded_t1")["runs_imported"] == 0  # archives not read: nothing counted
 
 
 def test_forward_flops_count_the_products_of_portable_layers_too() -> None:

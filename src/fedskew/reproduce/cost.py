@@ -18,13 +18,10 @@ last columns say where each table's data comes from, count the runs this project
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
-from fedskew import paths
 from fedskew.catalog import SOURCES
 from fedskew.config import Params
 from fedskew.data import sources
-from fedskew.packed.archive import archived_run_ids
 from fedskew.reproduce.layouts import load_layouts
 
 ASSUMED_GPU_TFLOPS = 10.0  # sustained fp32 on small models: well under an H100's peak (assumption)
@@ -118,21 +115,22 @@ def table_runs(params: Params, table_id: str) -> dict[str, object]:
     return runs
 
 
-def table_cost(params: Params, table_id: str) -> dict:
+def table_cost(params: Params, table_id: str, imported_runs: frozenset[str] = frozenset()) -> dict:
+    """What the table costs; `imported_runs`: the run ids that the committed archives of `reproduce.imported`
+    hold (the caller reads them: `fedskew.packed.archive.archived_run_ids`)."""
     runs = table_runs(params, table_id)
     flops = {run_id: run_flops(cfg) for run_id, cfg in runs.items()}
     on_cpu = {run_id: CPU_RATES.get((cfg.training["model"], cfg.dataset_spec["source"]))
               for run_id, cfg in runs.items()}
     here = set(params.reproduce_suites)
-    imported = set().union(*(archived_run_ids(Path(paths.IMPORTED_ARCHIVES.format(suite=suite)))
-                             for suite in {cfg.suite for cfg in runs.values()} & set(params.imported_suites)))
     return {"table": table_id, "runs": len(runs), "pflop": sum(flops.values()) / 1e15,
             "gpu_hours": sum(flops.values()) / (ASSUMED_GPU_TFLOPS * 1e12) / 3600,
             "cpu_runs": sum(rate is not None for rate in on_cpu.values()),
             "cpu_hours": sum(flops[run_id] / (rate * 1e9) / 3600 for run_id, rate in on_cpu.items() if rate),
             "data": sorted({data_origin(cfg.dataset_spec["source"]) for cfg in runs.values()}),
             "runs_here": sum(cfg.suite in here for cfg in runs.values()),
-            "runs_imported": len(imported & set(runs)),
+            "runs_imported": sum(cfg.suite in params.imported_suites and run_id in imported_runs
+                                 for run_id, cfg in runs.items()),
             "suites": sorted({cfg.suite for cfg in runs.values()})}
 
 
@@ -140,13 +138,13 @@ def here_text(c: dict) -> str:
     return f"{c['runs_here']} + {c['runs_imported']} imported" if c["runs_imported"] else str(c["runs_here"])
 
 
-def cost_markdown(params: Params) -> str:
+def cost_markdown(params: Params, imported_runs: frozenset[str] = frozenset()) -> str:
     lines = [f"| table | runs | training + evaluation (PFLOP) | GPU-hours at {ASSUMED_GPU_TFLOPS:g} TFLOP/s "
              "(estimate) | CPU-hours at the measured rate (runs it covers) | data from | of which run here "
              "(reproduce.suites; + imported: runs in the committed archives of reproduce.imported) | suites |",
              "|---|---|---|---|---|---|---|---|"]
     for table_id in load_layouts():
-        c = table_cost(params, table_id)
+        c = table_cost(params, table_id, imported_runs)
         cpu = f"{c['cpu_hours']:.3g} ({c['cpu_runs']} of {c['runs']})" if c["cpu_runs"] else "—"
         lines.append(f"| {table_id} | {c['runs']} | {c['pflop']:.3g} | {c['gpu_hours']:.3g} | {cpu} | "
                      f"{'; '.join(c['data']) or '—'} | {here_text(c)} | {', '.join(c['suites']) or '—'} |")
