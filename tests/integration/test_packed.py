@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,26 @@ def test_a_piece_near_its_time_limit_starts_no_run_and_keeps_the_rest_for_later(
     summary = run_piece(runs, workers=1, time_limit_s=5, threads=1, log_path=project / "pieces.jsonl")
     assert summary.count("skipped") == len(runs)  # under MIN_START_S left: nothing is begun
     assert all(run_state(cfg, project) == "not started" for cfg in runs)
+
+
+def test_a_worker_whose_piece_is_gone_checkpoints_and_takes_no_other_run(project, tiny_params, monkeypatch) -> None:
+    """All tasks are queued when a piece begins, so a worker must notice that its parent died (killed)."""
+    import queue
+
+    from fedskew.packed import runner
+
+    monkeypatch.chdir(project)
+    runs = select_runs(load_params(project / "params.yaml"), ["tiny"])
+    gone = -1  # never a parent's pid: the worker is an orphan from the start
+    event = runner._train_one(runs[0], 0, time.time() + 600, 1, None, parent=gone)
+    assert event.event == "paused" and event.last_round == 1  # one round, then its checkpoint
+    assert run_state(runs[0], project) == "started"
+
+    tasks, events = queue.Queue(), queue.Queue()
+    for cfg in [*runs[1:], None]:
+        tasks.put(cfg)
+    runner._worker(0, tasks, events, time.time() + 600, 1, None, parent=gone)
+    assert events.empty() and all(run_state(cfg, project) == "not started" for cfg in runs[1:])
 
 
 def test_shipped_archives_are_bounded_verified_and_import_once(project, tiny_params, tmp_path_factory,

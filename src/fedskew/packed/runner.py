@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
 import queue
 import time
 from dataclasses import asdict, dataclass, field
@@ -115,8 +116,10 @@ def _digits(value: float) -> float:
     return float(f"{value:.4g}")  # four significant digits, however small
 
 
-def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_rounds: int | None) -> RunEvent:
-    """Train (or resume) one run until it finishes, the piece's time is nearly up, or it trained `max_rounds`."""
+def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_rounds: int | None,
+               parent: int | None = None) -> RunEvent:
+    """Train (or resume) one run until it finishes, the piece's time is nearly up, it trained `max_rounds`,
+    or the piece's process (`parent`) is gone."""
     from fedskew.engine.simulation import NonFiniteError, RunStopped, resolve_device, run_training, summarise_divergence
     from fedskew.provenance import run_provenance
     from fedskew.reproduce.cost import run_flops
@@ -130,7 +133,7 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
         asked.append((round_, time.time()))
         spans = [b - a for (_, a), (_, b) in zip(asked[-6:], asked[-5:])]  # recent round times
         per_round = max(spans) if spans else asked[-1][1] - started
-        return (max_rounds is not None and len(asked) >= max_rounds) or \
+        return (max_rounds is not None and len(asked) >= max_rounds) or orphaned(parent) or \
             time.time() + 2 * per_round + CHECKPOINT_MARGIN_S > deadline
 
     def event(kind: str, last_round: int, done: int | None = None, **extra: Any) -> RunEvent:
@@ -159,15 +162,25 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
     return event("finished", cfg.training["rounds"], done=len(result.history) - result.resumed_from)
 
 
+def orphaned(parent: int | None) -> bool:
+    """Whether the piece's process is gone (a worker whose parent died was re-parented)."""
+    return parent is not None and os.getppid() != parent
+
+
 def _worker(worker: int, tasks: multiprocessing.Queue, events: multiprocessing.Queue, deadline: float,
-            threads: int, max_rounds: int | None) -> None:
-    """A worker process: runs from `tasks` until the sentinel None, one event each into `events`."""
+            threads: int, max_rounds: int | None, parent: int | None = None) -> None:
+    """A worker process: runs from `tasks` until the sentinel None, one event each into `events`. Every task was
+    queued when the piece began, so a worker outlives a killed piece unless it stops by itself: it checkpoints
+    the run in progress and takes no other once its parent is gone."""
     logging.basicConfig(level=logging.INFO, format=f"%(levelname)s worker{worker} %(name)s: %(message)s")
     while (cfg := tasks.get()) is not None:
+        if orphaned(parent):
+            log.warning("worker%d: the piece's process is gone; stopping", worker)
+            return
         if time.time() > deadline - MIN_START_S:
             events.put(RunEvent("skipped", cfg.run_id, str(cfg.path(paths.RUN_DIR)), worker))
             continue
-        events.put(_train_one(cfg, worker, deadline, threads, max_rounds))
+        events.put(_train_one(cfg, worker, deadline, threads, max_rounds, parent))
 
 
 def run_piece(runs: list[RunConfig], *, workers: int, time_limit_s: float, threads: int,
@@ -189,8 +202,8 @@ def run_piece(runs: list[RunConfig], *, workers: int, time_limit_s: float, threa
         tasks.put(cfg)
     for _ in range(workers):
         tasks.put(None)
-    processes = [context.Process(target=_worker, args=(w, tasks, events, deadline, threads, max_rounds), daemon=True)
-                 for w in range(workers)]
+    processes = [context.Process(target=_worker, args=(w, tasks, events, deadline, threads, max_rounds, os.getpid()),
+                                 daemon=True) for w in range(workers)]
     for process in processes:
         process.start()
     log_path.parent.mkdir(parents=True, exist_ok=True)
