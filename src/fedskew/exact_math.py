@@ -1,10 +1,10 @@
 """Square roots with the same bits on every x86-64 CPU.
 
 IEEE 754 fixes a square root to the correctly rounded result, and every x86-64 CPU's sqrt
-instructions give it. torch's CPU `sqrt` of float32 tensors does not always use them: on vectors
-of more than about 16 elements under the portable kernels (`fedskew.cpu_pin`: ATen at AVX2), about a
-fifth of the results sit one unit in the last place from the correctly rounded value, and which ones
-differs between an AMD Zen 4 with AVX-512 and other x86-64 CPUs (`benchmarks/cpu_portability.py
+instructions give it. torch's CPU `sqrt` does not always use them: on vectors of more than about 16
+elements under the portable kernels (`fedskew.cpu_pin`: ATen at AVX2), about one float32 result in
+seven (one float64 result in eighty) sits a unit in the last place from the correctly rounded value,
+and which ones differs between an AMD Zen 4 with AVX-512 and other x86-64 CPUs (`benchmarks/cpu_portability.py
 --checks ops`, docs/reliability.md). A method whose update takes a square root (Adam's and the FedOpt
 servers' denominators, FedDecorr's normalisation, FL-FCR's sampling factor) then trains to other
 numbers on another CPU.
