@@ -289,23 +289,25 @@ class Params:
         for suite in suites or self.default_suites:
             body = self.raw["suites"][suite]
             for setting in body["settings"]:
-                dataset = setting["dataset"]
                 for partition in setting["partitions"]:
                     for method in body["methods"]:
                         for seed in body["seeds"]:
-                            out.append(RunConfig(
-                                suite=suite, dataset=dataset, dataset_spec=self.dataset_spec(dataset),
-                                partition=partition, partition_spec=self.partition_spec(partition),
-                                method=method, method_spec=self.method_spec(method), seed=seed,
-                                training=self.training(suite, dataset)))
+                            out.append(self._run_config(suite, setting["dataset"], partition, method, seed))
         return out
 
     def run(self, suite: str, dataset: str, partition: str, method: str, seed: int) -> RunConfig:
-        for cfg in self.runs([suite]):
-            if (cfg.dataset, cfg.partition, cfg.method, cfg.seed) == (dataset, partition, method, seed):
-                return cfg
+        body = self.raw["suites"][suite]
+        if (any(s["dataset"] == dataset and partition in s["partitions"] for s in body["settings"])
+                and method in body["methods"] and seed in body["seeds"]):
+            return self._run_config(suite, dataset, partition, method, seed)
         raise ConfigError(f"suite {suite!r} has no run dataset={dataset} partition={partition} "
                           f"method={method} seed={seed}; check suites.{suite} in params.yaml")
+
+    def _run_config(self, suite: str, dataset: str, partition: str, method: str, seed: int) -> RunConfig:
+        return RunConfig(suite=suite, dataset=dataset, dataset_spec=self.dataset_spec(dataset),
+                         partition=partition, partition_spec=self.partition_spec(partition),
+                         method=method, method_spec=self.method_spec(method), seed=seed,
+                         training=self.training(suite, dataset))
 
     def partitions_needed(self, suites: list[str] | None = None) -> set[tuple[str, str, int]]:
         return {(c.dataset, c.partition, c.seed) for c in self.runs(suites)}

@@ -203,9 +203,10 @@ def import_archives(params: Params, archives: list[Path], root: Path = Path(".")
     staged: list[tuple[RunConfig, dict, dict[str, bytes]]] = []
     for path in archives:
         manifest, files = _read_archive(path)
-        for cfg, provenance in _check_runs(path, params, manifest, files):
-            own = {n: files[f"{cfg.path(paths.RUN_DIR).as_posix()}/{n}"] for n in RUN_FILES}
-            with scratch_dir(root / "results", ".import-") as scratch:  # the run's own digests, before it counts
+        checked = _check_runs(path, params, manifest, files)
+        with scratch_dir(root / "results", ".import-") as scratch:  # each run's own digests, before it counts
+            for cfg, provenance in checked:
+                own = {n: files[f"{cfg.path(paths.RUN_DIR).as_posix()}/{n}"] for n in RUN_FILES}
                 for name, data in own.items():
                     target = scratch / cfg.path(paths.RUN_DIR) / name
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -215,14 +216,14 @@ def import_archives(params: Params, archives: list[Path], root: Path = Path(".")
                 except RunFileError as error:
                     raise ArchiveError(f"{path}: {cfg.path(paths.RUN_DIR)} fails its own integrity check: "
                                        f"{error}") from error
-            present = root / cfg.path(paths.RUN_DIR)
-            if all((present / n).exists() for n in RUN_FILES):
-                if all((present / n).read_bytes() == data for n, data in own.items()):
-                    report.already.append(cfg)
-                    continue
-                raise ArchiveError(f"{path}: {present} already holds other run files; fedskew never overwrites a "
-                                   f"result: move that folder aside to import this one")
-            staged.append((cfg, provenance, own))
+                present = root / cfg.path(paths.RUN_DIR)
+                if all((present / n).exists() for n in RUN_FILES):
+                    if all((present / n).read_bytes() == data for n, data in own.items()):
+                        report.already.append(cfg)
+                        continue
+                    raise ArchiveError(f"{path}: {present} already holds other run files; fedskew never overwrites "
+                                       f"a result: move that folder aside to import this one")
+                staged.append((cfg, provenance, own))
     for cfg, provenance, own in staged:
         for name in RUN_FILES:  # metrics.json last: a run counts only once it is whole
             atomic_write_text(root / cfg.path(paths.RUN_DIR) / name, own[name].decode())
