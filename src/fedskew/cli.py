@@ -173,6 +173,8 @@ def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
         # The class docstring tells variants in one file apart; else the module's cites the paper.
         own_doc = cls.__dict__.get("__doc__") or sys.modules[cls.__module__].__doc__ or ""
         print(f"{name:15s} [{cls.family}] {hps}\n{'':15s} {own_doc.strip().splitlines()[0]}")
+        for key, status in cls.paper_status.items():
+            print(f"{'':15s}   {key}={cls.hyperparameters[key]}: {status}")
 
 
 def cmd_models(params: Params | None, args: argparse.Namespace) -> None:

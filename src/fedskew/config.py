@@ -55,7 +55,7 @@ TRAINING_DEFAULTS: dict[str, Any] = {
 EXECUTION_SETTINGS = ("threads", "on_divergence")
 # Method options added after results were published, with the behaviour those results had.
 # A run's id includes such an option only when it is set to something else.
-LATER_OPTIONS = {"missing_classes": "mask", "logit_form": "paper"}
+LATER_OPTIONS = {"missing_classes": "mask", "logit_form": "paper", "features_from": "local"}
 # The same for training settings: `execution` (vectorised clients), `precision` and `optimizer` came after
 # the published runs.
 LATER_TRAINING_OPTIONS = {"execution": "sequential", "precision": "fp32", "optimizer": "sgd"}

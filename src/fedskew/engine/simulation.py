@@ -46,7 +46,7 @@ from fedskew.engine.vectorised import (
     round_parallelism,
     train_clients_vectorised,
 )
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, RoundResult, TrainingSettings
+from fedskew.fl.base import ClientContext, ClientUpdate, Exchange, FederatedAlgorithm, RoundResult, TrainingSettings
 from fedskew.models import build_model
 from fedskew.models.dropout import dropout_layers, has_foreign_dropout, masks_from
 from fedskew.models.split import SplitView, split_model
@@ -239,8 +239,30 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
             update.state, update.payload = {}, {}  # folded: drop this client's copy now
         updates.append(update)
     new_state = stream.finish(updates) if stream is not None else algorithm.aggregate(global_state, updates)
+    exchange = algorithm.begin_exchange(new_state)
+    if exchange is not None:
+        new_state = second_exchange(exchange, model, new_state, clients, x, y, traffic)
     return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},
                        {u.client_id: u.num_samples for u in updates}, traffic)
+
+
+def second_exchange(exchange: Exchange, model: torch.nn.Module, state: dict, clients: list[ClientContext],
+                    x: torch.Tensor, y: torch.Tensor, traffic: dict[str, int]) -> dict:
+    """A method's second round trip (`FederatedAlgorithm.begin_exchange`): each participant receives
+    `state` and answers with what it computes on its local set; both directions count as traffic."""
+    model.load_state_dict(state)
+    was_training = model.training
+    model.eval()
+    state_bytes = tensor_bytes(state)
+    with torch.no_grad():
+        for client in clients:
+            traffic["down_weights"] += state_bytes
+            indices = client.indices.to(x.device)
+            message = exchange.client_message(model, client, x[indices], y[indices])
+            traffic["up_payload"] += tensor_bytes(message)
+            exchange.fold(client, message)
+    model.train(was_training)
+    return exchange.finish()
 
 
 class Progress:

@@ -9,6 +9,9 @@ A method overrides only what differs from FedAvg:
                       FedSAM, FedDyn, MOON, ...)
 - `client_payload`    extra tensors a client uploads (control variates, statistics)
 - `aggregate`         the server update (FedNova, FedOpt, FedEXP, FedDyn, ...)
+- `begin_exchange`    a second round trip after aggregation: every participant receives the
+                      new model and answers with what it computes on its data (CCVR's way of
+                      gathering FL-FCR's feature statistics)
 - `round_metrics`     numbers a method reports each round (logged with the history)
 - `state_dict` / `load_state_dict`
                       state kept across rounds, saved in checkpoints
@@ -108,6 +111,8 @@ class Algorithm:
     family: ClassVar[str]  # "federated" or "split": the engine runs the family's round
     # Hyperparameters with the paper defaults; params.yaml may override each one.
     hyperparameters: ClassVar[dict[str, float | bool]] = {}
+    # Where the paper stands on each hyperparameter the paper leaves open (shown by `fedskew methods`).
+    paper_status: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A composition (class FedLCProx(FedLC, FedProx)) inherits the hyperparameters of all its parents."""
@@ -267,6 +272,34 @@ class FederatedAlgorithm(Algorithm):
         if type(self).aggregate is FederatedAlgorithm.aggregate:
             return AverageFold(num_samples)
         return None
+
+
+    def begin_exchange(self, state: StateDict) -> Exchange | None:
+        """A second round trip after aggregation, or None (the default: one exchange a round).
+
+        The engine sends `state` to every participant of the round (counted as traffic), lets each
+        answer with `Exchange.client_message` computed on its own local set, folds the answers in
+        client order and takes `Exchange.finish()` as the round's new global state.
+        """
+        return None
+
+
+class Exchange(abc.ABC):
+    """One round's second exchange (`FederatedAlgorithm.begin_exchange`)."""
+
+    @abc.abstractmethod
+    def client_message(self, model: nn.Module, client: ClientContext, x: torch.Tensor,
+                       y: torch.Tensor) -> dict[str, Any]:
+        """On the client: what it uploads, computed with `model` (holding the aggregated state, in eval
+        mode) on its local set `x`, `y`. It must not change the model."""
+
+    @abc.abstractmethod
+    def fold(self, client: ClientContext, message: dict[str, Any]) -> None:
+        """On the server: take in one client's message."""
+
+    @abc.abstractmethod
+    def finish(self) -> StateDict:
+        """The round's new global state."""
 
 
 class RoundAggregate(abc.ABC):

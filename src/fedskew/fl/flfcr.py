@@ -33,13 +33,24 @@ Choices where the paper is silent or ambiguous (recorded with every result):
 - Resampling and retraining sizes: not given by the paper. Defaults follow FL-bench's
   implementation of CCVR (Luo et al. 2021, [26], whose virtual-representation retraining
   FL-FCR builds on): 200 samples per class, one pass over them, plain SGD with the
-  training batch size and learning rate (`retrain_lr` = 0 means "training.lr").
+  training batch size and learning rate (`retrain_lr` = 0 means "training.lr"). So the
+  head sees about 200·C samples a round, a few dozen steps. `samples_per_class: balanced`
+  resamples a class-balanced set the size of the round's pooled data instead: M = N // C
+  per class, N = Σ_c N_c over this round's participants (the training set under full
+  participation), C the number of classes; `retrain_epochs` and `retrain_lr` set how long
+  and how fast. The suites train both sizes as protocols (params.yaml, methods flfcr_*).
 - Classes with pooled N_c < 2 have no covariance and are not sampled. Retraining masks the
   logits of classes without samples this round (with partial participation a class may be
   missing), so the head is calibrated among the classes the server has statistics for and
   the rows of the others are left as aggregated. With every class present it is plain CE.
 - Features are those of each client's *local* model after training (Algorithm 1, lines
-  17–25), pooled, then used to retrain the head of the aggregated model, as the paper does.
+  17–25), pooled, then used to retrain the head of the aggregated model, as the paper does
+  (`features_from: local`). CCVR instead computes them with the *aggregated* model after
+  aggregation, one more exchange a round (`features_from: aggregated`): the server sends the
+  averaged model back, each participant uploads the statistics of its whole local set under
+  it (`FederatedAlgorithm.begin_exchange`; both directions counted as traffic), and the head
+  is retrained on features of the very body it will sit on. paper silent on which reading
+  the head's mismatch calls for; the paper's Algorithm 1 is the default.
 - Sampling: cov_c = V Λ Vᵀ (eigh, float64), negative rounding eigenvalues clipped to 0,
   v = μ_c + V Λ^½ ε, ε ~ N(0, I): exact for singular covariances (N_c ≤ d, dead ReLUs).
 - Randomness: each client draws one integer from its own round generator (seeded by run
@@ -68,7 +79,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedskew import exact_math
-from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
+from fedskew.fl.base import (
+    AverageFold,
+    ClientContext,
+    ClientUpdate,
+    Exchange,
+    FederatedAlgorithm,
+    RoundAggregate,
+    StateDict,
+)
 from fedskew.fl.losses import true_class_margin_cross_entropy
 from fedskew.sgd import SGD
 
@@ -202,23 +221,45 @@ def retrain_head(weight: torch.Tensor, bias: torch.Tensor, features: torch.Tenso
     return w.detach(), b.detach()
 
 
+BALANCED = "balanced"  # samples_per_class: N // C per class, N the round's pooled sample count
+
+
 class FLFCR(FederatedAlgorithm):
     name = "flfcr"
     hyperparameters = {
-        "H": 1.0,                  # Δ_c = H / N_c^(1/4); "to be tuned", no value in the paper
-        "global_counts": 1,        # 1: N_c summed over clients (§IV-B); 0: the client's own counts
-        "samples_per_class": 200,  # virtual features per class (FL-bench's CCVR default)
-        "retrain_epochs": 1,       # passes over them (FL-bench's CCVR: one)
-        "retrain_lr": 0.0,         # 0: training.lr (FL-bench's CCVR)
+        "H": 1.0,                   # Δ_c = H / N_c^(1/4); "to be tuned", no value in the paper
+        "global_counts": 1,         # 1: N_c summed over clients (§IV-B); 0: the client's own counts
+        "samples_per_class": 200,   # virtual features per class, or "balanced" (N // C) (FL-bench's CCVR: 200)
+        "retrain_epochs": 1,        # passes over them (FL-bench's CCVR: one)
+        "retrain_lr": 0.0,          # 0: training.lr (FL-bench's CCVR)
+        "features_from": "local",   # "local": each client's trained model (Algorithm 1); "aggregated": CCVR's
+    }
+    paper_status = {
+        "H": "paper silent ('a hyper-parameter to be tuned'); 1.0 is fedskew's FedLC τ",
+        "global_counts": "paper ambiguous: §IV-B sums N_c over clients, §IV-C applies the loss on each client",
+        "samples_per_class": "paper silent; FL-bench's CCVR default 200, or 'balanced': N // C per class",
+        "retrain_epochs": "paper silent; FL-bench's CCVR default, one pass",
+        "retrain_lr": "paper silent; 0 means the training learning rate (FL-bench's CCVR)",
+        "features_from": "paper: each client's trained local model (Algorithm 1); 'aggregated' is CCVR's reading",
     }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.hp["global_counts"] not in (0, 1):
             raise ValueError(f"{self.name}: global_counts must be 0 or 1, got {self.hp['global_counts']}")
-        for key in ("H", "samples_per_class", "retrain_epochs", "retrain_lr"):
+        spc = self.hp["samples_per_class"]
+        if spc != BALANCED and (isinstance(spc, (bool, str)) or spc < 0 or spc != int(spc)):
+            raise ValueError(f"{self.name}: samples_per_class must be a whole number >= 0 or {BALANCED!r} "
+                             f"(N // C per class), got {spc!r}")
+        for key in ("H", "retrain_epochs", "retrain_lr"):
             if self.hp[key] < 0:
                 raise ValueError(f"{self.name}: {key} must be >= 0, got {self.hp[key]}")
+        if self.hp["features_from"] not in ("local", "aggregated"):
+            raise ValueError(f"{self.name}: features_from must be 'local' (each client's trained model, "
+                             f"Algorithm 1) or 'aggregated' (the averaged model, CCVR), got "
+                             f"{self.hp['features_from']!r}")
+        self.aggregated_features = self.hp["features_from"] == "aggregated"
+        self._exchange_seed: int | None = None  # the round's seed, kept for the second exchange
         self._all_counts: torch.Tensor | None = None
         # Server state: the label counts each client has reported (saved in checkpoints).
         self._reported = torch.zeros(self.num_clients, self.num_classes, dtype=torch.int64)
@@ -259,7 +300,8 @@ class FLFCR(FederatedAlgorithm):
         # Keep the inputs of the first pass over the local set (each sample once) for the
         # statistics of the trained model; a step that evaluates the loss twice on the same
         # batch (FedSAM) passes the same tensor and is stored once.
-        if x is not None and self._cached < client.num_samples and (not self._cache or self._cache[-1][0] is not x):
+        if (not self.aggregated_features and x is not None and self._cached < client.num_samples
+                and (not self._cache or self._cache[-1][0] is not x)):
             self._cache.append((x, y))
             self._cached += int(y.numel())
         counts = self._margin_counts if self._margin_counts is not None else self.class_counts_for(client)
@@ -267,6 +309,10 @@ class FLFCR(FederatedAlgorithm):
 
     def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
         payload = super().client_payload(model, client, num_steps)
+        if self.aggregated_features:  # statistics come in the second exchange (`begin_exchange`)
+            payload["counts"] = client.label_counts.cpu().to(torch.int64)
+            payload["seed"] = int(torch.randint(0, 2 ** 62, (1,), generator=client.generator))
+            return payload
         if not self._cache:
             raise RuntimeError(f"{self.name}: no local inputs were seen (local_loss needs x) for client "
                                f"{client.client_id}")
@@ -278,10 +324,7 @@ class FLFCR(FederatedAlgorithm):
             features = torch.cat([model.body(x[i:i + 1024]) for i in range(0, x.shape[0], 1024)])
         model.train(was_training)
         self._cache, self._cached = [], 0
-        counts, means, covs = class_feature_statistics(features, y, self.num_classes)
-        payload["counts"] = counts                          # N_{c,k}, all classes
-        payload["means"] = means.to(features.dtype)        # classes with N_{c,k} >= 1
-        payload["covs"] = covs.to(features.dtype)          # packed, classes with N_{c,k} >= 2
+        payload.update(feature_statistics_message(features, y, self.num_classes))
         payload["seed"] = int(torch.randint(0, 2 ** 62, (1,), generator=client.generator))
         return payload
 
@@ -292,12 +335,25 @@ class FLFCR(FederatedAlgorithm):
     def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
         return _CalibrationFold(self, num_samples)
 
+    def begin_exchange(self, state: StateDict) -> Exchange | None:
+        """With `features_from: aggregated`, CCVR's second round trip: statistics under the averaged model."""
+        if not self.aggregated_features or self._exchange_seed is None:
+            return None
+        seed, self._exchange_seed = self._exchange_seed, None
+        return _AggregatedFeatures(self, state, seed)
+
+    def samples_for(self, total: torch.Tensor) -> int:
+        """Virtual features per class: the fixed number, or N // C for `balanced`."""
+        if self.hp["samples_per_class"] == BALANCED:
+            return int(total.sum()) // self.num_classes
+        return int(self.hp["samples_per_class"])
+
     def _calibrate(self, state: StateDict, pool: ClassStatisticsPool, seed: int) -> StateDict:
         """Lines 26–36 after the pooling: sample virtual features, retrain the averaged model's head."""
         weight, bias = state[HEAD_WEIGHT], state[HEAD_BIAS]
         total, pooled_mean, pooled_cov = pool.result()
         sampled = total >= 2
-        num = int(self.hp["samples_per_class"])
+        num = self.samples_for(total)
         epochs = int(self.hp["retrain_epochs"])
         if not bool(sampled.any()) or num == 0 or epochs == 0:
             return state
@@ -341,7 +397,8 @@ class _CalibrationFold(RoundAggregate):
         self.average.fold(update)
         payload = update.payload
         self.reported[update.client_id] = payload["counts"].cpu().to(torch.int64)
-        self.pool.add(payload["counts"], payload["means"], payload["covs"])
+        if not self.method.aggregated_features:
+            self.pool.add(payload["counts"], payload["means"], payload["covs"])
         self.seed += payload["seed"]
 
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
@@ -349,4 +406,35 @@ class _CalibrationFold(RoundAggregate):
         self.method._reported = self.reported
         if self.pool is None:  # no client took part: nothing to pool
             return state
+        if self.method.aggregated_features:  # calibrated after the second exchange
+            self.method._exchange_seed = self.seed
+            return state
         return self.method._calibrate(state, self.pool, self.seed)
+
+
+def feature_statistics_message(features: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, torch.Tensor]:
+    """What a client uploads of its features: Eq. 3–4 in `class_feature_statistics`' layout, in the
+    features' dtype (counts N_{c,k} of all classes; means of the classes with N ≥ 1; packed
+    covariances of the classes with N ≥ 2)."""
+    counts, means, covs = class_feature_statistics(features, y, num_classes)
+    return {"counts": counts, "means": means.to(features.dtype), "covs": covs.to(features.dtype)}
+
+
+class _AggregatedFeatures(Exchange):
+    """CCVR's second exchange: each participant's Eq. 3–4 under the averaged model, pooled (Eq. 5–6),
+    then the same sampling and head retraining as with local features."""
+
+    def __init__(self, method: FLFCR, state: StateDict, seed: int) -> None:
+        self.method, self.state, self.seed = method, state, seed
+        self.pool = ClassStatisticsPool(method.num_classes, state[HEAD_WEIGHT].shape[1])
+
+    def client_message(self, model: nn.Module, client: ClientContext, x: torch.Tensor,
+                       y: torch.Tensor) -> dict[str, torch.Tensor]:
+        features = torch.cat([model.body(x[i:i + 1024]) for i in range(0, x.shape[0], 1024)])
+        return feature_statistics_message(features, y, self.method.num_classes)
+
+    def fold(self, client: ClientContext, message: dict[str, torch.Tensor]) -> None:
+        self.pool.add(message["counts"], message["means"], message["covs"])
+
+    def finish(self) -> StateDict:
+        return self.method._calibrate(self.state, self.pool, self.seed)
