@@ -280,3 +280,22 @@ def test_readme_and_docs_carry_the_committed_ledgers_headline() -> None:
     summary = summary_markdown(twin["claims"], twin["proxies"])
     assert summary in (REPO / "README.md").read_text()
     assert summary in (REPO / "docs" / "reproducing-papers.md").read_text()
+
+
+def test_a_verdict_that_hangs_on_a_protocol_names_each_side() -> None:
+    from fedskew.reproduce.ledger import hinge_text, hinges
+
+    record = {"ours": {"main protocol": {"verdict": "partly"}, "Ours at H = 16": {"verdict": "reproduced"},
+                       "Ours at H = 4": {"verdict": "inconclusive"}, "on CIFAR": {"verdict": "not run here"},
+                       "best round": {"verdict": "partly"}}}
+    assert hinges(record) == {"partly": ["main protocol", "best round"], "reproduced": ["Ours at H = 16"],
+                              "inconclusive": ["Ours at H = 4"]}
+    assert hinge_text(record) == ("hangs on the protocol: reproduced under Ours at H = 16; "
+                                  "partly under main protocol, best round; inconclusive under Ours at H = 4")
+    # an inconclusive protocol beside the main one's verdict decides nothing: nothing to name
+    agreeing = {"ours": {"main protocol": {"verdict": "not reproduced"}, "H": {"verdict": "inconclusive"},
+                         "SGD": {"verdict": "not reproduced"}}}
+    assert hinges(agreeing) == {} and hinge_text(agreeing) == ""
+    # the main protocol decides nothing and another decides the claim: that one is named
+    decided_elsewhere = {"ours": {"main protocol": {"verdict": "inconclusive"}, "H": {"verdict": "partly"}}}
+    assert hinge_text(decided_elsewhere) == "hangs on the protocol: partly under H; inconclusive under main protocol"

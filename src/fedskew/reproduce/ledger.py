@@ -15,7 +15,7 @@ from pathlib import Path
 from fedskew.config import Params
 from fedskew.reproduce import policy
 from fedskew.reproduce.claim import CONTRADICTED, DEPENDS, HOLDS, PAPER_STATUSES, STRICTER, VERDICTS, WITHIN_TOLERANCE
-from fedskew.reproduce.policy import NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Effect
+from fedskew.reproduce.policy import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Effect
 from fedskew.reproduce.verdicts import evaluate_all, missing_class_evidence, proxy_comparisons
 
 
@@ -242,9 +242,33 @@ def _paper_section(paper: str, records: list[dict]) -> list[str]:
             tally = ", ".join(f"{covered.count(v)} {v}" for v in VERDICTS if v in covered)
             ours += f"<br>*other protocols ({len(covered)}): {tally}* (below)"
         word = r["word"] + (f" {r['threshold']:g}" if r["word"] == "by X %" else "")
+        hinge = hinge_text(r)
         lines.append(f"| {r['id']} ({r['table']}) | {word} | {r['statement']}{_reading_tag(r)} | {_paper_cell(r)} "
-                     f"| {ours} | **{r['verdict']}** |")
+                     f"| {ours} | **{r['verdict']}**{'<br>' + hinge if hinge else ''} |")
     return lines + [""]
+
+
+def hinges(record: dict) -> dict[str, list[str]]:
+    """What a claim's verdict hangs on: each verdict with the protocols that give it, when the conclusive
+    protocols disagree (the claim then reads partly) or when the main protocol decides nothing and the
+    verdict comes from the others; {} when the main protocol's verdict stands unopposed."""
+    by_verdict: dict[str, list[str]] = {}
+    for protocol, result in record["ours"].items():
+        if result["verdict"] != NOT_RUN:
+            by_verdict.setdefault(result["verdict"], []).append(protocol)
+    conclusive = set(by_verdict) - {INCONCLUSIVE}
+    main = next(iter(record["ours"].values()))["verdict"]
+    return by_verdict if len(conclusive) > 1 or (main == INCONCLUSIVE and conclusive) else {}
+
+
+def hinge_text(record: dict) -> str:
+    """`hinges` in words: "hangs on the protocol: reproduced under …; partly under …"."""
+    groups = hinges(record)
+    if not groups:
+        return ""
+    return "hangs on the protocol: " + "; ".join(f"{verdict} under {', '.join(protocols)}"
+                                                 for verdict, protocols in sorted(groups.items(),
+                                                                                  key=lambda g: VERDICTS.index(g[0])))
 
 
 def _protocol_section(paper: str, records: list[dict]) -> list[str]:
@@ -331,6 +355,7 @@ def write_ledger(params: Params, out_md: Path, out_json: Path, root: Path = Path
     atomic_write_text(out_md, render_ledger(records, proxies) + "\n" + render_missing_classes(missing))
     twin = {"policy": {"file": "src/fedskew/reproduce/policy.yaml", "table": render_policy()},
             "claims": records, "proxies": proxies, "missing_classes": missing,
-            "on_paper": paper_causes(records)}
+            "on_paper": paper_causes(records),
+            "hangs_on": {r["id"]: hinges(r) for r in records if hinges(r)}}
     atomic_write_text(out_json, json.dumps(twin, indent=1) + "\n")
     return records
