@@ -1,7 +1,8 @@
 """The claims ledger's page: the verdicts rendered as `results/claims.md`, with its twin `results/claims.json`.
 
 Last of the claims ledger's three modules (claim ← verdicts ← ledger): it takes the records of
-`verdicts` (claims of `claim`, judged) and turns them into text: the headline README.md and
+`verdicts` (claims of `claim`, judged) and of `side_evidence` (proxies, missing classes) and turns
+them into text: the headline README.md and
 docs/reproducing-papers.md carry, the policy table, each paper's sections (claims, protocols,
 threshold sensitivity, offline proxies) and the missing-class table; `write_ledger` computes and
 writes both files.
@@ -16,7 +17,8 @@ from fedskew.config import Params
 from fedskew.reproduce import policy
 from fedskew.reproduce.claim import CONTRADICTED, DEPENDS, HOLDS, PAPER_STATUSES, STRICTER, VERDICTS, WITHIN_TOLERANCE
 from fedskew.reproduce.policy import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, Effect
-from fedskew.reproduce.verdicts import evaluate_all, missing_class_evidence, proxy_comparisons
+from fedskew.reproduce.side_evidence import missing_class_evidence, proxy_comparisons
+from fedskew.reproduce.verdicts import evaluate_all
 
 
 # ------------------------------------------------------------------ the ledger page

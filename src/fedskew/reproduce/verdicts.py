@@ -1,8 +1,8 @@
 """The claims' verdicts: each claim of `claim` judged on the paper's printed numbers and on fedskew's runs.
 
 Second of the claims ledger's three modules (claim ← verdicts ← ledger): it judges numbers and
-writes no text; `ledger` renders what it returns (`evaluate_all`, `proxy_comparisons`,
-`missing_class_evidence`).
+writes no text; `ledger` renders what it returns (`evaluate_all`). The evidence beside the verdicts
+(offline proxies, missing-class readings) is in `side_evidence`, on the same cell sources.
 
 Verdicts on fedskew's runs come from paired per-seed effects (method − baseline on the same
 seed) and their 95 % t-interval (`fedskew.reproduce.policy.judge`): **reproduced** when the
@@ -16,8 +16,8 @@ not all); its protocols (the main one and each sensitivity protocol) as `combine
 On the paper's printed numbers the same rules give points, not intervals; the ledger sorts each
 claim by cause: it holds; holds only within a stated tolerance; depends on the threshold (fails at
 the policy's value, holds at half or double it); or the paper's table contradicts its prose.
-Proxies (offline settings in the layout) test the *direction* of gap claims with the same
-interval rule and are reported apart, by the setting they ran on.
+Proxies (offline settings in the layout, `side_evidence.proxy_comparisons`) test the *direction* of
+gap claims with the same interval rule and are reported apart, by the setting they ran on.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from fedskew.config import Params
 from fedskew.reproduce.claim import CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, load_claims
-from fedskew.reproduce.layouts import CellSpec, Layout, load_layouts
+from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.paper_tables import PaperTable, load_paper_table
 from fedskew.reproduce.policy import (
     INCONCLUSIVE,
@@ -37,13 +37,12 @@ from fedskew.reproduce.policy import (
     PARTLY,
     REPRODUCED,
     Effect,
-    decimals_for,
     judge,
     load_policy,
     paired_effect,
     point_effect,
 )
-from fedskew.reproduce.tables import OurCell, our_cells, protocol_label, read_cell
+from fedskew.reproduce.tables import OurCell, our_cells, protocol_label
 
 
 # ------------------------------------------------------------------ where the numbers come from
@@ -101,7 +100,7 @@ def combined_effect(source: CellSource, terms: list[tuple[float, dict[int, float
     return paired_effect([sum(c * v[k] for c, v in terms) for k in sorted(common)])
 
 
-def _mean(values: dict[int, float]) -> float:
+def mean_value(values: dict[int, float]) -> float:
     return sum(values.values()) / len(values)
 
 
@@ -183,8 +182,8 @@ def _gap_part(claim: Claim, source: CellSource, label: str, subject_terms, basel
     else:  # show the closest call: the lowest lower bound
         deciding = min(judged, key=lambda b: (judged[b][0].low if judged[b][0].low is not None
                                               else judged[b][0].mean))
-    return {"label": label, "verdict": verdict, "vs": deciding, "effect": _effect_record(judged[deciding][0]),
-            "baselines": {b: {"verdict": v, **_effect_record(e)} for b, (e, v) in judged.items()},
+    return {"label": label, "verdict": verdict, "vs": deciding, "effect": effect_record(judged[deciding][0]),
+            "baselines": {b: {"verdict": v, **effect_record(e)} for b, (e, v) in judged.items()},
             "baselines_missing": missing}
 
 
@@ -240,7 +239,7 @@ def _gap_series(claim: Claim, source: CellSource) -> list[list[tuple[float, dict
         baselines = {b: v for b in claim.against if (v := source.values(b, column)) is not None}
         if subject is None or not baselines:
             return None
-        best = max(baselines, key=lambda b: claim.sign * _mean(baselines[b]))
+        best = max(baselines, key=lambda b: claim.sign * mean_value(baselines[b]))
         series.append([(claim.sign, subject), (-claim.sign, baselines[best])])
     return series
 
@@ -266,10 +265,10 @@ def _judge_line(claim: Claim, source: CellSource, series: list[list[tuple[float,
     verdict = conjunction([net_verdict, *step_verdicts])
     worst = min(range(len(steps)), key=lambda i: steps[i].mean)
     # the line's points as printed / as our means (for reading; the judgement uses the paired effects)
-    points = [sum(c * _mean(v) for c, v in terms) for terms in series]
+    points = [sum(c * mean_value(v) for c, v in terms) for terms in series]
     return {"label": label, "verdict": verdict, "strict": strict, "series": points, "direction": direction,
-            "net": _effect_record(net), "step_verdicts": step_verdicts,
-            "steps": [_effect_record(s) for s in steps], "worst_step": worst,
+            "net": effect_record(net), "step_verdicts": step_verdicts,
+            "steps": [effect_record(s) for s in steps], "worst_step": worst,
             "within_tolerance": verdict == REPRODUCED and strict != REPRODUCED}
 
 
@@ -318,7 +317,7 @@ def _evaluate_trend(claim: Claim, source: CellSource, factor: float) -> dict:
     return out
 
 
-def _effect_record(effect: Effect) -> dict:
+def effect_record(effect: Effect) -> dict:
     return {"mean": effect.mean, "low": effect.low, "high": effect.high, "n": None if effect.point else effect.n}
 
 
@@ -374,76 +373,6 @@ def _claim_cells(claim: Claim) -> list[tuple[str, str]]:
     return [cell for line in claim.for_each for cell in _line_cells(claim, line)]
 
 
-# ------------------------------------------------------------------ offline proxies
-def proxy_comparisons(params: Params, root: Path = Path(".")) -> dict:
-    """The direction of every gap claim on each offline proxy setting of its table.
-
-    Returns {"pairs": [...], "claims": [...]}: each pair is one comparison (setting, method,
-    baseline method), with its paired effect and 95 % interval, listed once with every claim it
-    serves; each claim entry is the claim's direction verdict on a setting (every baseline it names
-    that ran there must be behind), citing its pairs. No number appears twice, and none under the
-    label of a paper's dataset.
-    """
-    suites = set(params.reproduce_suites)
-    pairs: dict[tuple, dict | None] = {}
-    verdicts = []
-    for claim in load_claims():
-        if claim.kind != "gap":
-            continue
-        layout = load_layouts()[claim.table]
-        subject = layout.method_of(claim.subject)
-        against = sorted({m for r in claim.against if (m := layout.method_of(r)) is not None} - {subject})
-        for proxy in layout.proxies:
-            if proxy["suite"] not in suites or subject is None or not against:
-                continue
-            setting = (proxy["suite"], proxy["dataset"], proxy["partition"])
-            keys = []
-            for baseline in against:
-                key = (*setting, subject, baseline, claim.sign)
-                if key not in pairs:
-                    pairs[key] = _proxy_pair(params, layout, proxy, subject, baseline, claim.sign, suites, root)
-                if pairs[key] is not None:
-                    pairs[key]["claims"].append(claim.id)
-                    keys.append(key)
-            if keys:
-                ran = [pairs[k] for k in keys]
-                verdicts.append({"claim": claim.id, "setting": ran[0]["setting"], "suite": proxy["suite"],
-                                 "verdict": conjunction([p["verdict"] for p in ran]),
-                                 "against": [p["against"] for p in ran],
-                                 "baselines_missing": sorted(set(against) - {p["against"] for p in ran})})
-    return {"pairs": [p for p in pairs.values() if p is not None], "claims": verdicts}
-
-
-def _proxy_pair(params: Params, layout: Layout, proxy: dict, subject: str, baseline: str, sign: float,
-                suites: set[str], root: Path) -> dict | None:
-    """One proxy comparison: `subject` against `baseline` on the proxy's setting, the direction only."""
-    available = {cfg.method for cfg in params.suite_runs(proxy["suite"])
-                 if (cfg.dataset, cfg.partition) == (proxy["dataset"], proxy["partition"])}
-    if subject not in available or baseline not in available:
-        return None
-
-    def values(method: str) -> dict[int, float] | None:
-        cell = read_cell(params, CellSpec(proxy["suite"], proxy["dataset"], proxy["partition"], method),
-                         layout.metric, suites, root)
-        return dict(cell.seeds) or None
-
-    mine, theirs = values(subject), values(baseline)
-    if mine is None or theirs is None:
-        return None
-    effect = combined_effect(OursSource({}, layout.table.decimals), [(sign, mine), (-sign, theirs)])
-    if effect is None:
-        return None
-    seeds = len(set(mine) & set(theirs))
-    # The direction only, ahead (> 0), whatever the claim's threshold or tie rule: a proxy's
-    # magnitudes do not carry over to the paper's setting.
-    verdict = judge(effect, 0.0, ties_hold=False)
-    return {"suite": proxy["suite"], "dataset": proxy["dataset"], "partition": proxy["partition"],
-            "setting": f"{proxy['label']}, {seeds} seed{'s' if seeds != 1 else ''}",
-            "subject": subject, "against": baseline, "better": "lower" if sign < 0 else "higher",
-            "metric": layout.metric, "verdict": verdict, "effect": _effect_record(effect),
-            "places": decimals_for(_mean(mine), layout.table.decimals), "claims": []}
-
-
 # ------------------------------------------------------------------ the whole ledger
 def evaluate_all(params: Params, root: Path = Path(".")) -> list[dict]:
     records = []
@@ -478,35 +407,3 @@ def evaluate_all(params: Params, root: Path = Path(".")) -> list[dict]:
                 for f in policy.sensitivity}
         records.append(record)
     return records
-
-
-# ------------------------------------------------------------------ missing classes
-# The three readings of a class a client lacks (fedskew.fl.losses.MISSING_CLASS_TREATMENTS), per method.
-MISSING_CLASS_METHODS = {
-    "FedLC": {"mask": "fedlc", "floor": "fedlc_floor", "global": "fedlc_global"},
-    "FedLogit": {"mask": "fedlogit", "floor": "fedlogit_floor", "global": "fedlogit_global"},
-    "FedED": {"mask": "feded", "floor": "feded_floor", "global": "feded_global"},
-    "SCALA": {"mask": "scala", "floor": "scala_floor", "global": "scala_global"},
-}
-
-
-def missing_class_evidence(params: Params, root: Path = Path(".")) -> list[dict]:
-    """Every missing-class option of every count-calibrated method on every reproduced setting that ran it."""
-    suites = set(params.reproduce_suites)
-    out = []
-    for suite in params.reproduce_suites:
-        settings = sorted({(c.dataset, c.partition) for c in params.suite_runs(suite)})
-        methods = {c.method for c in params.suite_runs(suite)}
-        for dataset, partition in settings:
-            for family, options in MISSING_CLASS_METHODS.items():
-                present = {o: m for o, m in options.items() if m in methods}
-                if len(present) < 2:
-                    continue
-                row = {"suite": suite, "dataset": dataset, "partition": partition, "method": family}
-                for option, method in [("FedAvg", "fedavg"), *present.items()]:
-                    if method not in methods:
-                        continue
-                    cell = read_cell(params, CellSpec(suite, dataset, partition, method), "final_acc", suites, root)
-                    row[option] = cell.text()
-                out.append(row)
-    return out
