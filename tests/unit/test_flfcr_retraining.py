@@ -36,8 +36,10 @@ def _round(algorithm: FLFCR, seed: int = 0):
 
 def test_balanced_resampling_draws_n_over_c_features_a_class() -> None:
     algorithm = FLFCR(PLAIN_SGD, 2, 3, samples_per_class="balanced")
-    assert algorithm.samples_for(torch.tensor([30, 20, 11])) == 61 // 3
-    assert FLFCR(PLAIN_SGD, 2, 3).samples_for(torch.tensor([30, 20, 11])) == 200  # the default: fixed
+    assert algorithm.samples_for(torch.tensor([30, 20, 11])) == [61 // 3] * 3
+    assert FLFCR(PLAIN_SGD, 2, 3).samples_for(torch.tensor([30, 20, 11])) == [200] * 3  # the default: fixed
+    # "Resample D_c": as many as the class's pooled data holds, its imbalance kept
+    assert FLFCR(PLAIN_SGD, 2, 3, samples_per_class="class_sized").samples_for(torch.tensor([30, 20, 11])) == [30, 20, 11]
 
 
 def test_balanced_resampling_sizes_the_virtual_set_from_the_rounds_pooled_counts(monkeypatch) -> None:
@@ -51,6 +53,10 @@ def test_balanced_resampling_sizes_the_virtual_set_from_the_rounds_pooled_counts
     _round(FLFCR(PLAIN_SGD, 2, 10, samples_per_class="balanced", retrain_epochs=3))
     total = sum(int(ix.numel()) for ix in SPLITS)
     assert seen == {"n": 10 * (total // 10), "labels": [total // 10] * 10, "epochs": 3}
+    _round(FLFCR(PLAIN_SGD, 2, 10, samples_per_class="class_sized"))
+    _, y = random_digits()
+    counts = torch.bincount(y[torch.cat(SPLITS)], minlength=10).tolist()
+    assert seen == {"n": sum(counts), "labels": counts, "epochs": 1}
 
 
 def test_aggregated_features_are_the_averaged_bodys_statistics_over_each_local_set(monkeypatch) -> None:

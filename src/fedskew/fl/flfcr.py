@@ -37,8 +37,11 @@ Choices where the paper is silent or ambiguous (recorded with every result):
   head sees about 200·C samples a round, a few dozen steps. `samples_per_class: balanced`
   resamples a class-balanced set the size of the round's pooled data instead: M = N // C
   per class, N = Σ_c N_c over this round's participants (the training set under full
-  participation), C the number of classes; `retrain_epochs` and `retrain_lr` set how long
-  and how fast. The suites train both sizes as protocols (params.yaml, methods flfcr_*).
+  participation), C the number of classes; `class_sized` draws N_c for class c, a resampled
+  D_c the size of the class's pooled data (Algorithm 1, line 31: "Resample D_c", with D_c the
+  class's data as §IV-A writes D_c^k), which keeps the classes' imbalance. `retrain_epochs` and
+  `retrain_lr` set how long and how fast. The suites train these sizes as protocols (params.yaml,
+  methods flfcr_*).
 - Classes with pooled N_c < 2 have no covariance and are not sampled. Retraining masks the
   logits of classes without samples this round (with partial participation a class may be
   missing), so the head is calibrated among the classes the server has statistics for and
@@ -221,7 +224,8 @@ def retrain_head(weight: torch.Tensor, bias: torch.Tensor, features: torch.Tenso
     return w.detach(), b.detach()
 
 
-BALANCED = "balanced"  # samples_per_class: N // C per class, N the round's pooled sample count
+BALANCED = "balanced"        # samples_per_class: N // C per class, N the round's pooled sample count
+CLASS_SIZED = "class_sized"  # samples_per_class: N_c per class, the size of the class's pooled data ("resample D_c")
 
 
 class FLFCR(FederatedAlgorithm):
@@ -229,7 +233,7 @@ class FLFCR(FederatedAlgorithm):
     hyperparameters = {
         "H": 1.0,                   # Δ_c = H / N_c^(1/4); "to be tuned", no value in the paper
         "global_counts": 1,         # 1: N_c summed over clients (§IV-B); 0: the client's own counts
-        "samples_per_class": 200,   # virtual features per class, or "balanced" (N // C) (FL-bench's CCVR: 200)
+        "samples_per_class": 200,   # per class: a number (FL-bench's CCVR: 200), "balanced" or "class_sized"
         "retrain_epochs": 1,        # passes over them (FL-bench's CCVR: one)
         "retrain_lr": 0.0,          # 0: training.lr (FL-bench's CCVR)
         "features_from": "local",   # "local": each client's trained model (Algorithm 1); "aggregated": CCVR's
@@ -237,7 +241,8 @@ class FLFCR(FederatedAlgorithm):
     paper_status = {
         "H": "paper silent ('a hyper-parameter to be tuned'); 1.0 is fedskew's FedLC τ",
         "global_counts": "paper ambiguous: §IV-B sums N_c over clients, §IV-C applies the loss on each client",
-        "samples_per_class": "paper silent; FL-bench's CCVR default 200, or 'balanced': N // C per class",
+        "samples_per_class": ("paper silent ('resample D_c'); FL-bench's CCVR default 200, 'balanced': N // C "
+                              "per class, 'class_sized': N_c, the size of D_c"),
         "retrain_epochs": "paper silent; FL-bench's CCVR default, one pass",
         "retrain_lr": "paper silent; 0 means the training learning rate (FL-bench's CCVR)",
         "features_from": "paper: each client's trained local model (Algorithm 1); 'aggregated' is CCVR's reading",
@@ -248,9 +253,9 @@ class FLFCR(FederatedAlgorithm):
         if self.hp["global_counts"] not in (0, 1):
             raise ValueError(f"{self.name}: global_counts must be 0 or 1, got {self.hp['global_counts']}")
         spc = self.hp["samples_per_class"]
-        if spc != BALANCED and (isinstance(spc, (bool, str)) or spc < 0 or spc != int(spc)):
-            raise ValueError(f"{self.name}: samples_per_class must be a whole number >= 0 or {BALANCED!r} "
-                             f"(N // C per class), got {spc!r}")
+        if spc not in (BALANCED, CLASS_SIZED) and (isinstance(spc, (bool, str)) or spc < 0 or spc != int(spc)):
+            raise ValueError(f"{self.name}: samples_per_class must be a whole number >= 0, {BALANCED!r} (N // C "
+                             f"per class) or {CLASS_SIZED!r} (N_c per class), got {spc!r}")
         for key in ("H", "retrain_epochs", "retrain_lr"):
             if self.hp[key] < 0:
                 raise ValueError(f"{self.name}: {key} must be >= 0, got {self.hp[key]}")
@@ -342,27 +347,29 @@ class FLFCR(FederatedAlgorithm):
         seed, self._exchange_seed = self._exchange_seed, None
         return _AggregatedFeatures(self, state, seed)
 
-    def samples_for(self, total: torch.Tensor) -> int:
-        """Virtual features per class: the fixed number, or N // C for `balanced`."""
-        if self.hp["samples_per_class"] == BALANCED:
-            return int(total.sum()) // self.num_classes
-        return int(self.hp["samples_per_class"])
+    def samples_for(self, total: torch.Tensor) -> list[int]:
+        """Virtual features for each class: the fixed number, N // C for `balanced`, N_c for `class_sized`."""
+        size = self.hp["samples_per_class"]
+        if size == CLASS_SIZED:
+            return [int(n) for n in total]
+        each = int(total.sum()) // self.num_classes if size == BALANCED else int(size)
+        return [each] * self.num_classes
 
     def _calibrate(self, state: StateDict, pool: ClassStatisticsPool, seed: int) -> StateDict:
         """Lines 26–36 after the pooling: sample virtual features, retrain the averaged model's head."""
         weight, bias = state[HEAD_WEIGHT], state[HEAD_BIAS]
         total, pooled_mean, pooled_cov = pool.result()
-        sampled = total >= 2
-        num = self.samples_for(total)
+        sizes = self.samples_for(total)
+        sampled = (total >= 2) & (torch.tensor(sizes) > 0)
         epochs = int(self.hp["retrain_epochs"])
-        if not bool(sampled.any()) or num == 0 or epochs == 0:
+        if not bool(sampled.any()) or epochs == 0:
             return state
         generator = torch.Generator().manual_seed(seed % 2 ** 63)
         classes = [c for c in range(self.num_classes) if sampled[c]]
         dim = weight.shape[1]
-        virtual = torch.cat([sample_class_features(pooled_mean[c], symmetric_unpack(pooled_cov[c], dim), num,
+        virtual = torch.cat([sample_class_features(pooled_mean[c], symmetric_unpack(pooled_cov[c], dim), sizes[c],
                                                    generator) for c in classes])
-        labels = torch.tensor(classes, dtype=torch.int64).repeat_interleave(num)
+        labels = torch.tensor(classes, dtype=torch.int64).repeat_interleave(torch.tensor([sizes[c] for c in classes]))
         lr = self.hp["retrain_lr"] or self.settings.lr
         state[HEAD_WEIGHT], state[HEAD_BIAS] = retrain_head(weight, bias, virtual, labels, sampled, epochs, lr,
                                                             self.settings.batch_size, generator)
