@@ -290,12 +290,12 @@ def test_a_verdict_that_hangs_on_a_protocol_names_each_side() -> None:
                        "best round": {"verdict": "partly"}}}
     assert hinges(record) == {"partly": ["main protocol", "best round"], "reproduced": ["Ours at H = 16"],
                               "inconclusive": ["Ours at H = 4"]}
-    assert hinge_text(record) == ("hangs on the protocol: reproduced under Ours at H = 16; "
-                                  "partly under main protocol, best round; inconclusive under Ours at H = 4")
+    assert hinge_text(record) == ("hangs on the protocol: reproduced under *Ours at H = 16*; "
+                                  "partly under *main protocol*, *best round*; inconclusive under *Ours at H = 4*")
     # an inconclusive protocol beside the main one's verdict decides nothing: nothing to name
     agreeing = {"ours": {"main protocol": {"verdict": "not reproduced"}, "H": {"verdict": "inconclusive"},
                          "SGD": {"verdict": "not reproduced"}}}
     assert hinges(agreeing) == {} and hinge_text(agreeing) == ""
     # the main protocol decides nothing and another decides the claim: that one is named
     decided_elsewhere = {"ours": {"main protocol": {"verdict": "inconclusive"}, "H": {"verdict": "partly"}}}
-    assert hinge_text(decided_elsewhere) == "hangs on the protocol: partly under H; inconclusive under main protocol"
+    assert hinge_text(decided_elsewhere) == "hangs on the protocol: partly under *H*; inconclusive under *main protocol*"

@@ -264,11 +264,12 @@ def hinges(record: dict) -> dict[str, list[str]]:
 
 
 def hinge_text(record: dict) -> str:
-    """`hinges` in words: "hangs on the protocol: reproduced under …; partly under …"."""
+    """`hinges` in words: "hangs on the protocol: reproduced under *…*; partly under *…*, *…*" (each
+    protocol's label in italics, since labels carry commas and semicolons of their own)."""
     groups = hinges(record)
     if not groups:
         return ""
-    return "hangs on the protocol: " + "; ".join(f"{verdict} under {', '.join(protocols)}"
+    return "hangs on the protocol: " + "; ".join(f"{verdict} under {', '.join(f'*{p}*' for p in protocols)}"
                                                  for verdict, protocols in sorted(groups.items(),
                                                                                   key=lambda g: VERDICTS.index(g[0])))
 
