@@ -273,7 +273,6 @@ class FederatedAlgorithm(Algorithm):
             return AverageFold(num_samples)
         return None
 
-
     def begin_exchange(self, state: StateDict) -> Exchange | None:
         """A second round trip after aggregation, or None (the default: one exchange a round).
 
