@@ -41,7 +41,7 @@ Choices where the paper is silent or ambiguous (recorded with every result):
   D_c the size of the class's pooled data (Algorithm 1, line 31: "Resample D_c", with D_c the
   class's data as §IV-A writes D_c^k), which keeps the classes' imbalance. `retrain_epochs` and
   `retrain_lr` set how long and how fast. `flfcr_mnist` trains `balanced` as sensitivity
-  protocols (params.yaml, methods flfcr_balanced*); `class_sized` has no runs yet.
+  protocols (params.yaml, methods flfcr_balanced*, flfcr_class_sized).
 - Classes with pooled N_c < 2 have no covariance and are not sampled. Retraining masks the
   logits of classes without samples this round (with partial participation a class may be
   missing), so the head is calibrated among the classes the server has statistics for and
