@@ -27,7 +27,7 @@ from fedskew.engine.simulation import federated_round, resolve_device
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model
-from fedskew.sgd import SGD
+from fedskew.numerics.sgd import SGD
 
 MNIST = DatasetInfo((1, 28, 28), 10, True, False)
 

@@ -1,4 +1,4 @@
-"""What the portable CPU kernels cost (fedskew.cpu_pin, fedskew.gemm): the same training under three kernel
+"""What the portable CPU kernels cost (fedskew.numerics.cpu_pin, fedskew.numerics.gemm): the same training under three kernel
 settings, side by side, with the matrix-product floor of this machine at the workload's own shapes.
 
 Settings (each measurement is a fresh child process: the libraries read their kernel settings once):
@@ -6,7 +6,7 @@ Settings (each measurement is a fresh child process: the libraries read their ke
 - `portable-v1`: the portable recipe 1, every product on MKL's `COMPATIBLE` branch (SSE2), kept here
   for the comparison only;
 - `portable-v2`: the portable recipe 2 for the workload's model, whether or not the model is on it in
-  the project (fedskew.cpu_pin.RECIPE_1_MODELS: logistic regression stays on recipe 1): the layers'
+  the project (fedskew.numerics.cpu_pin.RECIPE_1_MODELS: logistic regression stays on recipe 1): the layers'
   products through numpy's OpenBLAS at its Haswell kernels, one thread.
 
 Workloads: runs of the committed suites, seed 0 (`cnn`, `logreg`, `split`: the training loop's own
@@ -50,8 +50,8 @@ SETTINGS = ("native", "portable-v1", "portable-v2")
 
 
 def _record_products() -> Counter:
-    """Count every product fedskew.gemm computes, by its operands' shapes and layouts."""
-    from fedskew import gemm
+    """Count every product fedskew.numerics.gemm computes, by its operands' shapes and layouts."""
+    from fedskew.numerics import gemm
 
     calls: Counter = Counter()
     plain_product = gemm.product
@@ -145,7 +145,7 @@ def _training_run(workload: str) -> dict:
 
 def child(workload: str, setting: str) -> None:
     """One measurement, under the kernels FEDSKEW_CPU_KERNELS names (`setting` picks the recipe)."""
-    from fedskew import cpu_pin
+    from fedskew.numerics import cpu_pin
 
     cpu_pin.apply()  # before torch computes anything, as `python -m fedskew` does
     import torch

@@ -11,12 +11,12 @@ its CPUID reports), once with FEDSKEW_CPU_KERNELS=portable and once with =native
 - `train`: the first `--rounds` rounds of the default suite's FedAvg on digits Q(2), seed 2, with the
   engine, its evaluation included;
 - `ops`: single operations on 5,000 fixed random numbers (float32 and float64) that the methods use:
-  fedskew's square root (`fedskew.exact_math`), exp, log, tanh, rsqrt, division, variance, norm, a matrix
+  fedskew's square root (`fedskew.numerics.exact_math`), exp, log, tanh, rsqrt, division, variance, norm, a matrix
   product, and 20 steps of fedskew's Adam on FL-FCR's MLP. torch's own `sqrt` is shown beside them and
   left out of the comparison: it is not correctly rounded under the pin and differs between CPUs with
   and without AVX-512, which is why fedskew does not use it on CPU (docs/reliability.md).
 
-`--recipe` puts every model on that portable recipe (fedskew.cpu_pin.RECIPES; default: the newest),
+`--recipe` puts every model on that portable recipe (fedskew.numerics.cpu_pin.RECIPES; default: the newest),
 whether or not the model is on it in the project (cpu_pin.RECIPE_1_MODELS: logistic regression stays on
 recipe 1).
 
@@ -58,7 +58,7 @@ def _sgd_steps(model, x, y, view=None) -> None:
     to the cut, its activations sent to the server's part, their gradient sent back."""
     import torch.nn.functional as F
 
-    from fedskew.sgd import SGD
+    from fedskew.numerics.sgd import SGD
 
     optimiser = SGD(model.parameters(), lr=0.05)
     for _ in range(20):
@@ -129,10 +129,10 @@ def ops_check() -> tuple[str, str]:
     import torch
     import torch.nn.functional as F
 
-    from fedskew import exact_math
-    from fedskew.adam import Adam
     from fedskew.data.registry import DatasetInfo
     from fedskew.models import build_model
+    from fedskew.numerics import exact_math
+    from fedskew.numerics.adam import Adam
 
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
@@ -160,7 +160,7 @@ def ops_check() -> tuple[str, str]:
 
 
 def child(check: str, rounds: int, recipe: int) -> None:
-    from fedskew import cpu_pin
+    from fedskew.numerics import cpu_pin
 
     cpu_pin.apply()  # as `python -m fedskew` does, before torch computes anything
     import torch
@@ -198,11 +198,11 @@ def main() -> None:
     parser.add_argument("--kernels", nargs="+", default=["portable", "native"], choices=["portable", "native"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--recipe", type=int, default=None, help="the portable recipe for every model but logreg "
-                                                                   "(default: the newest, fedskew.cpu_pin.RECIPE)")
+                                                                   "(default: the newest, fedskew.numerics.cpu_pin.RECIPE)")
     parser.add_argument("--child", choices=["steps", "train", "ops"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.recipe is None:
-        from fedskew.cpu_pin import RECIPE
+        from fedskew.numerics.cpu_pin import RECIPE
 
         args.recipe = RECIPE
     if args.child:

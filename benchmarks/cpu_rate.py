@@ -46,7 +46,7 @@ def _fedskew(args: list[str], root: Path) -> tuple[float, float]:
 
 
 def measure(suite: str, dataset: str) -> str:
-    from fedskew import cpu_pin
+    from fedskew.numerics import cpu_pin
 
     cpu_pin.apply()
     from fedskew.catalog import SOURCES

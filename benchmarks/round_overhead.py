@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from _interleaved import compare  # benchmarks/, on the path when run as a script
 
-from fedskew.data.embedded import load_digits_split
+from fedskew.data.datasets.digits import load_digits_split
 from fedskew.data.partitions import make_partition
 from fedskew.data.registry import DatasetInfo, _normalise
 from fedskew.engine.sampling import client_seed

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from _interleaved import compare_many  # benchmarks/, on the path when run as a script
 
-from fedskew.data.embedded import generate_synthetic
+from fedskew.data.datasets.synthetic import generate_synthetic
 from fedskew.data.partitions import make_partition
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.sampling import client_seed, sampling_schedule
@@ -26,7 +26,7 @@ from fedskew.engine.simulation import federated_round
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model
-from fedskew.sgd import SGD
+from fedskew.numerics.sgd import SGD
 
 
 def main() -> None:

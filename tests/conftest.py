@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedskew import cpu_pin
+from fedskew.numerics import cpu_pin
 
 # The kernels a training job uses (`python -m fedskew` pins them first thing): tests that train in this
-# process then compute what the jobs compute (fedskew.cpu_pin).
+# process then compute what the jobs compute (fedskew.numerics.cpu_pin).
 cpu_pin.apply()
 
 REPO = Path(__file__).resolve().parents[1]

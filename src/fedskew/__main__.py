@@ -1,6 +1,6 @@
 """fedskew's entry point, for `python -m fedskew` and the installed `fedskew` script alike.
 
-Both must pin the portable CPU kernels (fedskew.cpu_pin) before torch or numpy is imported, since the
+Both must pin the portable CPU kernels (fedskew.numerics.cpu_pin) before torch or numpy is imported, since the
 libraries read the pin's variables once, when they load: so this module imports nothing heavy before
 `main` has applied it, and the CLI only afterwards.
 """
@@ -9,11 +9,11 @@ import logging
 import os
 import sys
 
-from fedskew import cpu_pin
+from fedskew.numerics import cpu_pin
 
 
 def main() -> int:
-    # Before torch picks a kernel: the same CPU results on any x86-64 CPU (fedskew.cpu_pin).
+    # Before torch picks a kernel: the same CPU results on any x86-64 CPU (fedskew.numerics.cpu_pin).
     try:
         cpu_pin.apply()
     except cpu_pin.CpuPinError as error:

@@ -68,7 +68,7 @@ SOURCES: dict[str, Source] = {
     "cinic10": Source((3, 32, 32), 10, False, "download"),
     "tinyimagenet": Source((3, 64, 64), 200, False, "download"),
     "femnist": Source((1, 28, 28), 62, True, "by hand"),
-    "adult": Source((105,), 2, False, "download"),  # fedskew.data.adult.NUM_FEATURES
+    "adult": Source((105,), 2, False, "download"),  # fedskew.data.datasets.adult.NUM_FEATURES
     "imagenet_subset": Source((3, 64, 64), 12, False, "by hand"),
 }
 

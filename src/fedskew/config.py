@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from fedskew import cpu_pin, paths
+from fedskew import paths
 from fedskew.catalog import (
     DATASET_DEFAULTS,
     HYPERPARAMETERS,
@@ -32,6 +32,7 @@ from fedskew.catalog import (
     dataset_info,
     incompatibility,
 )
+from fedskew.numerics import cpu_pin
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
@@ -159,11 +160,33 @@ def read_params_file(path: Path) -> Any:
 
 
 @cache
+def params_schema() -> dict:
+    """The schema of params.yaml (workflow/schemas/params.schema.yaml) with the dataset sources of fedskew.catalog.
+
+    A source is one module of fedskew.data.datasets plus its catalog entry, so the schema file does not list
+    the sources: `source` takes exactly the catalog's names, and a source the file gives no options clause
+    checks its options by the names of its catalog defaults (the file's clauses add types and ranges).
+    Parsed once per process (about 0.1 s; tests validate hundreds of files).
+    """
+    schema = yaml.load(SCHEMA_PATH.read_text(), Loader=_SafeLoader)
+    dataset = schema["$defs"]["dataset"]
+    dataset["properties"]["source"] = {"enum": list(DATASET_DEFAULTS)}
+    covered: set[str] = set()
+    for clause in dataset["allOf"]:
+        condition = clause["if"]["properties"]["source"]
+        covered |= {condition["const"]} if "const" in condition else set(condition["enum"])
+    for source in [name for name in DATASET_DEFAULTS if name not in covered]:
+        dataset["allOf"].append({"if": {"properties": {"source": {"const": source}}},
+                                 "then": {"additionalProperties": False,
+                                          "properties": {"source": True, **dict.fromkeys(DATASET_DEFAULTS[source], True)}}})
+    return schema
+
+
+@cache
 def _schema_validator():
-    """The schema, parsed once per process (parsing it costs about 0.1 s; tests validate hundreds of files)."""
     import jsonschema
 
-    schema = yaml.load(SCHEMA_PATH.read_text(), Loader=_SafeLoader)
+    schema = params_schema()
     # JSON Schema counts 10.0 as an integer; training would then crash on range(10.0). Here an
     # integer must be written as one.
     strict_types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
@@ -215,7 +238,7 @@ class RunConfig:
         count actually used is recorded with the run in MLflow), and
         `training.on_divergence`, which only decides how a diverged run is reported.
         Added: the version of the portable CPU kernels' recipe for the run's model
-        (fedskew.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained.
+        (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained.
         """
         content = {k: v for k, v in self.to_dict().items() if k != "suite"}
         content["training"] = {k: v for k, v in self.training.items()
@@ -269,7 +292,9 @@ class Params:
         return {**DATASET_DEFAULTS[spec["source"]], **spec}
 
     def partition_spec(self, partition: str) -> dict:
-        from fedskew.data.partitions import SCHEME_DEFAULTS  # each scheme's file holds its defaults
+        from fedskew.data.partitions import (
+            SCHEME_DEFAULTS,  # each scheme's file holds its defaults
+        )
 
         spec = self.raw["partitions"][partition]
         return {**SCHEME_DEFAULTS.get(spec["scheme"], {}), **spec}

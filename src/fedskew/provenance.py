@@ -67,7 +67,7 @@ def run_provenance(device: str, precision: str, model: str | None = None) -> dic
     string. Written into every run's metrics.json (`provenance`) and logged as `fedskew.provenance.*` tags."""
     import torch
 
-    from fedskew import cpu_pin, gemm
+    from fedskew.numerics import cpu_pin, gemm
 
     on_gpu = device.startswith("cuda")
     return {

@@ -10,7 +10,7 @@ tests took 29 minutes on 2 cores under load (docs/cluster.md), so they are left 
     .venv/bin/python -m pytest -m cluster tests/cluster
 
 The yardstick of the SLURM run is the committed tables and figures of the default suite: every
-training job pins portable CPU kernels (fedskew.cpu_pin, applied by `python -m fedskew`, which
+training job pins portable CPU kernels (fedskew.numerics.cpu_pin, applied by `python -m fedskew`, which
 every rule's command runs, inside `sbatch` and `srun` too), so a local `make run` rebuilds them byte
 for byte on any x86-64 machine, and they are what a local run gives here. That run, uninterrupted
 and checked, is then the yardstick of the faults, which repeat a cut of the suite with the same run

@@ -26,8 +26,14 @@ import fake_datasets as fakes  # noqa: E402
 from fake_archives import LoopbackServer, install_fake  # noqa: E402
 
 from fedskew import cli  # noqa: E402
-from fedskew.data import adult, download, registry  # noqa: E402
-from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, network  # noqa: E402
+from fedskew.data import registry  # noqa: E402
+from fedskew.data.datasets import adult, torchvision_family  # noqa: E402
+from fedskew.data.fetch import (  # noqa: E402
+    MARKER,
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    network,
+)
 from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
 REPAIR = "python -m fedskew download --dataset digits"
@@ -174,7 +180,7 @@ def test_one_fetch_path_and_one_marker_for_torchvision_and_external_sources(sour
     for filename, entry in marker["files"].items():  # the same record for every source
         body = (raw / source / filename).read_bytes()
         assert entry == {"expected_md5": hashlib.md5(body).hexdigest(), "md5": hashlib.md5(body).hexdigest(),
-                         "expected_payload_md5": download.PAYLOAD_MD5.get(source, {}).get(filename),
+                         "expected_payload_md5": torchvision_family.PAYLOAD_MD5.get(source, {}).get(filename),
                          "sha256": hashlib.sha256(body).hexdigest(), "size": len(body), "verified_by": "archive-md5",
                          "source": {"kind": "download", "url": f"{server.url}/{source}/{filename}"}}
 
@@ -195,7 +201,7 @@ def test_one_fetch_path_and_one_marker_for_torchvision_and_external_sources(sour
 def test_marker_and_cache_of_an_older_fedskew_are_reverified_not_trusted(server, monkeypatch, tmp_path):
     """Before the merge, torchvision datasets wrote {"md5", "size"} markers and a cache keyed by md5s."""
     fake = install_fake("mnist", server, monkeypatch)
-    download.load_tensors("mnist", tmp_path)
+    torchvision_family.load_tensors("mnist", tmp_path)
     folder = tmp_path / "mnist"
     old_marker = {"dataset": "mnist", "torchvision_class": "MNIST", "files": {
         fn: {"md5": hashlib.md5(body).hexdigest(), "size": len(body)} for fn, body in fake.files.items()}}
@@ -204,11 +210,11 @@ def test_marker_and_cache_of_an_older_fedskew_are_reverified_not_trusted(server,
     old_meta = {"format": 1, "sha256": meta["sha256"], "shapes": meta["shapes"], "num_classes": 10,
                 "sources": {fn: entry["md5"] for fn, entry in old_marker["files"].items()}}
     (folder / CACHE_META).write_text(json.dumps(old_meta))
-    decoded, original_decode = [], download._decode
-    monkeypatch.setattr(download, "_decode", lambda *a: decoded.append(a) or original_decode(*a))
+    decoded, original_decode = [], torchvision_family._decode
+    monkeypatch.setattr(torchvision_family, "_decode", lambda *a: decoded.append(a) or original_decode(*a))
     server.requests.clear()
 
-    tensors = download.load_tensors("mnist", tmp_path, download=False)
+    tensors = torchvision_family.load_tensors("mnist", tmp_path, download=False)
     assert torch.equal(tensors.x_train, torch.from_numpy(fake.x_train)) and len(decoded) == 1
     assert server.requests == []
     assert "sha256" in json.loads((folder / MARKER).read_text())["files"]["t10k-labels-idx1-ubyte.gz"]
@@ -216,4 +222,4 @@ def test_marker_and_cache_of_an_older_fedskew_are_reverified_not_trusted(server,
     (folder / MARKER).write_text(json.dumps(old_marker))
     flip_byte(folder / "t10k-labels-idx1-ubyte.gz", at=-1)  # the old marker still "matches" its size
     with pytest.raises(DatasetCorruptError, match="t10k-labels-idx1-ubyte.gz"):
-        download.load_tensors("mnist", tmp_path, download=False)
+        torchvision_family.load_tensors("mnist", tmp_path, download=False)

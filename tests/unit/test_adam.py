@@ -1,4 +1,4 @@
-"""Local training with Adam (`training.optimizer: adam`, fedskew.adam)."""
+"""Local training with Adam (`training.optimizer: adam`, fedskew.numerics.adam)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import copy
 import pytest
 import torch
 
-from fedskew.adam import Adam
 from fedskew.config import ConfigError, load_params
 from fedskew.engine.vectorised import vectorisation_blocker
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import TrainingSettings, local_optimizer
-from fedskew.sgd import SGD
+from fedskew.numerics.adam import Adam
+from fedskew.numerics.sgd import SGD
 from tests.conftest import TINY_PARAMS
 
 

@@ -32,18 +32,23 @@ def test_every_source_has_defaults_and_facts():
 
 
 def test_adult_feature_count_is_the_decoder_s():
-    from fedskew.data.adult import NUM_FEATURES
+    from fedskew.data.datasets.adult import NUM_FEATURES
 
     assert catalog.SOURCES["adult"].input_shape == (NUM_FEATURES,)
 
 
-def test_how_each_source_arrives_matches_the_registry():
-    downloaded = set(registry.TORCHVISION_SOURCES) | set(registry.EXTERNAL_SOURCES)
+def test_every_source_module_has_its_catalog_entry_and_arrives_as_it_says():
+    from fedskew.data.datasets import dataset_sources
+    from fedskew.data.datasets.base import GeneratedSource
+
+    found = dataset_sources()
+    assert set(found) == set(catalog.SOURCES), (f"modules without a catalog entry: {set(found) - set(catalog.SOURCES)}; "
+                                                f"catalog entries without a module: {set(catalog.SOURCES) - set(found)}")
     for name, source in catalog.SOURCES.items():
         assert source.arrives in ("embedded", "download", "by hand"), name
-        assert (source.arrives == "embedded") == (name not in downloaded), name
-        if source.arrives == "by hand":  # decoded by fedskew's own module, from files placed by hand
-            assert name in registry.EXTERNAL_SOURCES, name
+        assert (source.arrives == "embedded") == issubclass(found[name], GeneratedSource), name
+        # tabular sources are the vectors: load takes them as they are, and scales images
+        assert found[name].tabular == (len(source.input_shape) == 1), name
 
 
 def test_model_needs_are_the_models():
@@ -81,11 +86,13 @@ def test_split_algorithms_are_the_split_family():
 
 
 def _source_files(source: str):
-    from fedskew.data import adult, cinic10, download, tinyimagenet
+    import sys
 
-    if source in download.TORCHVISION_DATASETS:
-        return download.source_files(source)
-    return {"cinic10": cinic10, "tinyimagenet": tinyimagenet, "adult": adult}[source].source_files()
+    from fedskew.data.datasets import dataset_sources, torchvision_family
+
+    if source in torchvision_family.TORCHVISION_DATASETS:
+        return torchvision_family.source_files(source)
+    return sys.modules[dataset_sources()[source].__module__].source_files()  # a downloaded source's module
 
 
 def test_raw_files_and_download_hosts_are_the_fetching_modules():

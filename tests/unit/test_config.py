@@ -277,10 +277,10 @@ def test_cli_models_lists_split_points_and_defaults(capsys):
 
 
 def test_schema_knows_exactly_the_registered_models_and_dataset_sources():
-    from fedskew.config import SCHEMA_PATH
+    from fedskew.config import params_schema
     from fedskew.data.registry import DATASET_DEFAULTS
     from fedskew.models import MODELS
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]
+    schema = params_schema()["$defs"]
     assert set(schema["training_fields"]["properties"]["model"]["enum"]) == set(MODELS)
     assert set(schema["dataset"]["properties"]["source"]["enum"]) == set(DATASET_DEFAULTS)

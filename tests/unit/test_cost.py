@@ -69,9 +69,9 @@ def test_runs_of_imported_suites_count_as_run_here_where_the_archives_hold_them(
 def test_forward_flops_count_the_products_of_portable_layers_too() -> None:
     """Under the portable kernels a model's products run in numpy, where torch's FLOP counter sees nothing:
     the count must be taken on torch's own layers. FL-FCR's MLP on MNIST: 784-512-256-128-64-10."""
-    from fedskew import gemm
     from fedskew.data.registry import dataset_info
     from fedskew.models import build_model
+    from fedskew.numerics import gemm
 
     layers = [784, 512, 256, 128, 64, 10]
     assert cost.forward_flops("flfcr_mlp", (("source", "mnist"),)) == sum(

@@ -1,4 +1,4 @@
-"""The portable CPU kernels (fedskew.cpu_pin): which variables, when, and what a run records."""
+"""The portable CPU kernels (fedskew.numerics.cpu_pin): which variables, when, and what a run records."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fedskew import cpu_pin
+from fedskew.numerics import cpu_pin
 from tests.conftest import REPO
 
 
@@ -49,7 +49,7 @@ def test_an_unknown_choice_is_refused_with_what_is_allowed():
 @pytest.mark.skipif(not cpu_pin.is_x86_64(), reason="the pin applies to x86-64 CPUs")
 def test_a_fedskew_process_uses_the_pinned_kernels():
     """`python -m fedskew` pins before torch computes: ATen at AVX2, oneDNN and NNPACK off for training."""
-    code = ("from fedskew import cpu_pin; cpu_pin.apply(); import json, torch; cpu_pin.configure_torch(); "
+    code = ("from fedskew.numerics import cpu_pin; cpu_pin.apply(); import json, torch; cpu_pin.configure_torch(); "
             "print(json.dumps(cpu_pin.describe()))")
     env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
     record = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,

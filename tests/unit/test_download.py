@@ -1,4 +1,4 @@
-"""fedskew.data.download (through fedskew.data.fetch) against fake archives in the real formats,
+"""fedskew.data.datasets.torchvision_family (through fedskew.data.fetch) against fake archives in the real formats,
 served from a loopback HTTP server.
 
 Every test runs the real download -> verify -> decode path; only the torchvision class attributes
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 from fake_archives import FakeDataset, LoopbackServer, install_fake  # noqa: E402
 
-from fedskew.data import download  # noqa: E402
-from fedskew.data.download import (  # noqa: E402
+from fedskew.data.datasets import torchvision_family  # noqa: E402
+from fedskew.data.datasets.torchvision_family import (  # noqa: E402
     TORCHVISION_DATASETS,
     DatasetCorruptError,
     DatasetUnavailableError,
@@ -97,7 +97,7 @@ def test_second_call_uses_cache_without_network(name, server, monkeypatch, tmp_p
     load_tensors(name, tmp_path)
     server.requests.clear()
     decoded = []
-    monkeypatch.setattr(download, "_decode", lambda *a: decoded.append(a))  # must not be needed
+    monkeypatch.setattr(torchvision_family, "_decode", lambda *a: decoded.append(a))  # must not be needed
     assert_matches(load_tensors(name, tmp_path), fake, name)
     assert server.requests == [] and decoded == []
 

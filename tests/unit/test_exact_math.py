@@ -1,4 +1,4 @@
-"""Square roots with the same bits on every x86-64 CPU (fedskew.exact_math)."""
+"""Square roots with the same bits on every x86-64 CPU (fedskew.numerics.exact_math)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedskew import cpu_pin, exact_math
+from fedskew.numerics import cpu_pin, exact_math
 
 pytestmark = pytest.mark.skipif(not cpu_pin.active(), reason="the exact square root is for the portable kernels")
 

@@ -23,7 +23,7 @@ from fedskew.data import sources
 from tests.conftest import FASHION_PARAMS
 
 PACKAGE = sources.OS_PACKAGES["fashionmnist"]  # read at collection, before tests/conftest.py hides it
-# The official files' md5s (Zalando's fashion-mnist repository), independently of fedskew.data.download.
+# The official files' md5s (Zalando's fashion-mnist repository), independently of fedskew.data.datasets.torchvision_family.
 PUBLISHED_MD5 = {
     "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
     "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fedskew.config import load_params
-from fedskew.data.embedded import generate_synthetic
+from fedskew.data.datasets.synthetic import generate_synthetic
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.simulation import train_client
 from fedskew.fl import ALGORITHMS

@@ -1,4 +1,4 @@
-"""The layers' products through numpy's OpenBLAS (fedskew.gemm, the portable recipe 2)."""
+"""The layers' products through numpy's OpenBLAS (fedskew.numerics.gemm, the portable recipe 2)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedskew import cpu_pin, gemm
 from fedskew.config import load_params
 from fedskew.data.registry import DatasetInfo
 from fedskew.models import MODELS, build_model
+from fedskew.numerics import cpu_pin, gemm
 from tests.conftest import REPO, TINY_PARAMS
 
 pytestmark = pytest.mark.skipif(not cpu_pin.active(), reason="the portable kernels apply to x86-64 CPUs")
@@ -137,7 +137,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_an_openblas_loaded_at_other_kernels_is_refused_with_the_way_out():
-    code = ("import numpy; from fedskew import cpu_pin; cpu_pin.apply(); from fedskew import gemm; gemm.enabled()")
+    code = ("import numpy; from fedskew.numerics import cpu_pin; cpu_pin.apply(); from fedskew.numerics import gemm; gemm.enabled()")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=_clean_env(OPENBLAS_CORETYPE="Prescott"))
     assert done.returncode != 0 and "GemmSetupError" in done.stderr
@@ -151,7 +151,7 @@ def test_the_installed_script_pins_the_kernels_as_python_m_does():
     module, function = target.split(":")
     code = (f"import sys, os, json, importlib; sys.argv = ['fedskew', 'validate']; "
             f"code = getattr(importlib.import_module('{module}'), '{function}')(); "
-            f"from fedskew import gemm; gemm.enabled(); "
+            f"from fedskew.numerics import gemm; gemm.enabled(); "
             f"print(json.dumps({{'code': code, 'core': os.environ.get('OPENBLAS_CORETYPE'), **gemm.describe()}}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env=_clean_env())

@@ -23,7 +23,7 @@ def lint_imports(src: Path) -> subprocess.CompletedProcess:
 def test_the_package_keeps_its_layers_and_has_no_import_cycle() -> None:
     done = lint_imports(REPO / "src")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Contracts: 2 kept, 0 broken." in done.stdout, done.stdout
+    assert "Contracts: 4 kept, 0 broken." in done.stdout, done.stdout
 
 
 @pytest.fixture
@@ -57,3 +57,21 @@ def test_a_new_top_level_module_must_be_given_a_layer(copied_src: Path) -> None:
     done = lint_imports(copied_src)
     assert done.returncode != 0
     assert "fedskew.newcomer" in done.stdout, done.stdout
+
+
+def test_the_numerics_import_nothing_above_them_and_keep_their_own_order(copied_src: Path) -> None:
+    _append(copied_src / "fedskew" / "numerics" / "exact_math.py", "import fedskew.paths  # the bottom layer reaching up")
+    _append(copied_src / "fedskew" / "numerics" / "cpu_pin.py", "import fedskew.numerics.sgd  # the pin reaching up")
+    done = lint_imports(copied_src)
+    assert done.returncode != 0
+    assert "fedskew's layers, top down BROKEN" in done.stdout and "fedskew.numerics.exact_math -> fedskew.paths" \
+        in done.stdout, done.stdout
+    assert "the portable arithmetic, top down BROKEN" in done.stdout, done.stdout
+
+
+def test_a_dataset_module_may_not_reach_up_to_the_registry(copied_src: Path) -> None:
+    _append(copied_src / "fedskew" / "data" / "datasets" / "adult.py", "import fedskew.data.registry")
+    done = lint_imports(copied_src)
+    assert done.returncode != 0
+    assert "the datasets above the mechanics that fetch and hold them BROKEN" in done.stdout, done.stdout
+

@@ -3,7 +3,7 @@ recompressed elsewhere, accepted by the md5 of their decompressed content (fedsk
 
 Fake IDX archives in the real format (tests/fixtures/fake_archives.py); the torchvision class attributes
 point at a loopback server, whose request log shows whether the network was asked. The payload md5s are
-those of the fakes' decompressed content, pinned the way download.PAYLOAD_MD5 pins the real ones.
+those of the fakes' decompressed content, pinned the way torchvision_family.PAYLOAD_MD5 pins the real ones.
 """
 
 from __future__ import annotations
@@ -24,9 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from fake_archives import FakeDataset, LoopbackServer, install_fake  # noqa: E402
 
 from fedskew.cli import main  # noqa: E402
-from fedskew.data import download, sources  # noqa: E402
-from fedskew.data.download import load_tensors  # noqa: E402
-from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, verify  # noqa: E402
+from fedskew.data import sources  # noqa: E402
+from fedskew.data.datasets import torchvision_family  # noqa: E402
+from fedskew.data.datasets.torchvision_family import load_tensors  # noqa: E402
+from fedskew.data.fetch import (  # noqa: E402
+    MARKER,
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    verify,
+)
 from fedskew.data.files import file_sha256  # noqa: E402
 from fedskew.data.tensors import CACHE  # noqa: E402
 from tests.conftest import FASHION_PARAMS  # noqa: E402
@@ -39,7 +45,7 @@ def md5_of(data: bytes) -> str:
 def fake_with_payloads(name: str, server: LoopbackServer, monkeypatch) -> FakeDataset:
     """A fake IDX dataset served from the loopback server, with the md5s of its decompressed files pinned."""
     fake = install_fake(name, server, monkeypatch)
-    monkeypatch.setitem(download.PAYLOAD_MD5, name,
+    monkeypatch.setitem(torchvision_family.PAYLOAD_MD5, name,
                         {fn: md5_of(gzip.decompress(body)) for fn, body in fake.files.items()})
     return fake
 
@@ -110,7 +116,7 @@ def test_recompressed_archive_with_other_content_is_refused_and_kept(server, mon
     assert name in message and "neither the original archive" in message
     assert md5_of(files[name]) in message and md5_of(fake.files[name]) in message  # archive md5: found, expected
     assert md5_of(bytes(content)) in message  # the content's md5, found
-    assert download.PAYLOAD_MD5["mnist"][name] in message  # ... and expected
+    assert torchvision_family.PAYLOAD_MD5["mnist"][name] in message  # ... and expected
     assert str((tmp_path / "mnist" / name).resolve()) in message and "Delete" in message
     assert (tmp_path / "mnist" / name).read_bytes() == files[name]  # the user's file is never deleted
     assert server.requests == [] and not (tmp_path / "mnist" / MARKER).exists()
@@ -133,7 +139,7 @@ def test_a_payload_verified_marker_is_trusted_while_the_pinned_content_md5_is_th
     monkeypatch.setattr(verify, "file_digests", lambda path: hashed.append(path.name) or original(path))
     load_tensors("mnist", tmp_path, download=False)
     assert hashed == []  # the marker vouched for the files
-    monkeypatch.setitem(download.PAYLOAD_MD5, "mnist", {**download.PAYLOAD_MD5["mnist"],
+    monkeypatch.setitem(torchvision_family.PAYLOAD_MD5, "mnist", {**torchvision_family.PAYLOAD_MD5["mnist"],
                                                         "t10k-labels-idx1-ubyte.gz": "0" * 32})
     with pytest.raises(DatasetCorruptError, match="t10k-labels-idx1-ubyte.gz"):  # pinned digest changed: re-checked
         load_tensors("mnist", tmp_path, download=False)
@@ -279,7 +285,7 @@ def test_the_offline_error_says_how_to_provide_the_files(server, monkeypatch, tm
     message = str(info.value)
     assert "sudo apt-get install dataset-fashionmnist" in message
     assert "export FEDSKEW_DATA_DIRS=" in message and "<folder>/fashionmnist/" in message
-    for filename, payload in download.PAYLOAD_MD5["fashionmnist"].items():
+    for filename, payload in torchvision_family.PAYLOAD_MD5["fashionmnist"].items():
         assert f"{filename}  (md5 " in message and payload in message
 
 
@@ -292,7 +298,7 @@ def test_a_complete_set_is_moved_into_place_or_nothing(server, monkeypatch, tmp_
     monkeypatch.setenv("FEDSKEW_DATA_DIRS", str(tmp_path / "named"))
     dead = LoopbackServer()
     dead.close()
-    monkeypatch.setattr(download.TORCHVISION_DATASETS["fashionmnist"].cls, "mirrors", [f"{dead.url}/"])
+    monkeypatch.setattr(torchvision_family.TORCHVISION_DATASETS["fashionmnist"].cls, "mirrors", [f"{dead.url}/"])
     with pytest.raises(DatasetUnavailableError, match=f"downloading {last} failed"):
         load_tensors("fashionmnist", tmp_path / "raw")
     raw = tmp_path / "raw"

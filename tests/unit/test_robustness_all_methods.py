@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedskew.data.embedded import load_digits_split
+from fedskew.data.datasets.digits import load_digits_split
 from fedskew.data.registry import DatasetInfo, _normalise
 from fedskew.engine.sampling import client_seed
 from fedskew.engine.simulation import train_client

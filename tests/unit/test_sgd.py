@@ -1,4 +1,4 @@
-"""fedskew.sgd.SGD against torch.optim.SGD: bit for bit, and without importing torch._dynamo."""
+"""fedskew.numerics.sgd.SGD against torch.optim.SGD: bit for bit, and without importing torch._dynamo."""
 
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from fedskew.sgd import SGD
+from fedskew.numerics.sgd import SGD
 
 
 @pytest.mark.parametrize("momentum, weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.0, 5e-4), (0.9, 5e-4)])
@@ -32,7 +32,7 @@ def test_matches_torch_sgd_bit_for_bit(momentum: float, weight_decay: float) -> 
 def test_local_training_does_not_import_dynamo() -> None:
     """The reason SGD exists: torch.optim imports torch._dynamo (~1.5 CPU-s per training job)."""
     code = ("import sys, torch\n"
-            "from fedskew.sgd import SGD\n"
+            "from fedskew.numerics.sgd import SGD\n"
             "m = torch.nn.Linear(3, 2); opt = SGD(m.parameters(), lr=0.1)\n"
             "m(torch.randn(4, 3)).sum().backward(); opt.step(); opt.zero_grad()\n"
             "print('torch._dynamo' in sys.modules)\n")

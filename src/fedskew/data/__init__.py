@@ -1,1 +1,2 @@
-"""Datasets (registry, download, embedded generators) and label-skew partitioners."""
+"""Datasets and label-skew partitions: the sources, one module each (datasets/), the mechanics that fetch, verify,
+cache and load any of them (this folder), and the partition schemes (partitions/)."""

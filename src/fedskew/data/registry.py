@@ -1,4 +1,4 @@
-"""Dataset registry: what each source looks like, how to prepare it once, how to load it.
+"""The datasets of params.yaml: each prepared once through its source (fedskew.data.datasets), then loaded.
 
 `prepare` is the download stage: it writes data/raw/<dataset>/ (tensors plus a READY.json
 manifest with their checksum). `load` is what training calls: it reads those tensors,
@@ -8,7 +8,6 @@ float tensors and a client is only a set of indices into them.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,17 +19,13 @@ import torch
 # validation reads without importing torch; they are re-exported here for the code that loads data.
 from fedskew import paths
 from fedskew.catalog import DATASET_DEFAULTS, DatasetInfo, dataset_info  # noqa: F401
+from fedskew.data.datasets import dataset_source, dataset_sources
 from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError
-from fedskew.data.files import file_sha256, read_json, remove_stale_temporaries, save_tensors, write_json_atomic
-from fedskew.data.tensors import CACHE
+from fedskew.data.files import file_sha256, read_json, remove_stale_temporaries, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-TORCHVISION_SOURCES = ("mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
-# Sources fedskew downloads (or reads from hand-placed files) and decodes itself, each in its module
-# fedskew.data.<source> with load_tensors(spec, raw_root, download) -> (tensor file, tensors).
-EXTERNAL_SOURCES = ("cinic10", "tinyimagenet", "femnist", "adult", "imagenet_subset")
-TABULAR_SOURCES = ("synthetic", "adult")  # float feature vectors: not rescaled or standardised at load
+
 @dataclass
 class Dataset:
     """A dataset in memory: normalised float inputs, int64 labels, optional natural client ids."""
@@ -47,63 +42,30 @@ class Dataset:
     pixel_std: torch.Tensor | None = None
 
 
-def _embedded_tensors(spec: dict) -> dict[str, torch.Tensor]:
-    if spec["source"] == "digits":
-        from fedskew.data.embedded import load_digits_split
-
-        return load_digits_split(spec["test_fraction"], spec["seed"])
-    from fedskew.data.embedded import generate_synthetic
-
-    return generate_synthetic(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"], spec["seed"])
-
-
 def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = True) -> Path:
     """Materialise `dataset` and write its data/raw/<dataset>/READY.json manifest.
 
-    Torchvision datasets are downloaded, verified and decoded once by
-    fedskew.data.download into data/raw/<source>/tensors.pt; the EXTERNAL_SOURCES by their
-    own module (fedskew.data.<source>) into data/raw/<source>/ (FEMNIST's writer subsets in
-    a subfolder of it); embedded ones are generated into data/raw/<dataset>/tensors.pt.
-    The manifest (written last, atomically) records which tensor file belongs to the
-    dataset and its sha256, so `load` never trusts a half-written or altered file. This is
-    also the repair: a cached tensors.pt that no longer matches its tensors.json sidecar is
-    rebuilt from the verified raw files, an embedded one is generated again.
+    The dataset's source (a module of fedskew.data.datasets) writes its tensors once: a fetched
+    source into data/raw/<source>/ (FEMNIST's writer subsets in a subfolder of it), a generated
+    one into data/raw/<dataset>/tensors.pt. The manifest (written last, atomically) records which
+    tensor file belongs to the dataset and its sha256, so `load` never trusts a half-written or
+    altered file. This is also the repair: a cached tensors.pt that no longer matches its
+    tensors.json sidecar is rebuilt from the verified raw files, a generated one is generated again.
     """
     ready = root / paths.RAW_READY.format(dataset=dataset)
     ready.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(ready.parent, ".*.tmp-*")  # a killed run's half-written manifest or tensors
-    if spec["source"] in TORCHVISION_SOURCES:
-        from fedskew.data.download import load_tensors, raw_dir
-
-        raw = load_tensors(spec["source"], root / "data" / "raw", download=download)
-        tensor_path = raw_dir(spec["source"], root / "data" / "raw") / CACHE
-        shapes = {k: list(getattr(raw, k).shape) for k in ("x_train", "y_train", "x_test", "y_test")}
-    elif spec["source"] in EXTERNAL_SOURCES:
-        module = importlib.import_module(f"fedskew.data.{spec['source']}")
-        tensor_path, tensors = module.load_tensors(_resolve_paths(spec, root), root / "data" / "raw", download=download)
-        shapes = {key: list(value.shape) for key, value in tensors.items()}
-    else:
-        tensors = _embedded_tensors(spec)
-        tensor_path = ready.parent / CACHE
-        save_tensors(tensor_path, tensors)
-        shapes = {key: list(value.shape) for key, value in tensors.items()}
+    tensor_path, tensors = dataset_source(spec["source"]).materialise(spec, root, ready.parent, download)
     manifest = {
         "dataset": dataset,
         "spec": spec,
         "tensors": tensor_path.relative_to(root).as_posix(),
         "sha256": file_sha256(tensor_path),
-        "shapes": shapes,
+        "shapes": {key: list(value.shape) for key, value in tensors.items()},
     }
     write_json_atomic(ready, manifest)
-    log.info("prepared %s: %s", dataset, shapes)
+    log.info("prepared %s: %s", dataset, manifest["shapes"])
     return ready
-
-
-def _resolve_paths(spec: dict, root: Path) -> dict:
-    """The spec with a relative `imagenet_dir` made relative to the project root."""
-    if spec.get("imagenet_dir"):
-        return {**spec, "imagenet_dir": str(root / Path(spec["imagenet_dir"]).expanduser())}
-    return spec
 
 
 def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
@@ -153,20 +115,21 @@ def load(dataset: str, spec: dict, root: Path = Path(".")) -> Dataset:
 
 
 def _normalise(x_train: torch.Tensor, x_test: torch.Tensor, source: str):
-    """Images: scale to [0, 1], then standardise per channel with training statistics.
+    """Images: scale to [0, 1] by the source's `pixel_max`, then standardise per channel with training
+    statistics.
 
     Returns (x_train, x_test, mean, std), the statistics per channel in [0, 1] pixel units.
     Tabular sources (synthetic, adult) are returned as float32 unchanged (statistics None):
     Adult's numeric columns are already standardised with training statistics and its
     one-hots stay 0/1.
     """
-    if source in TABULAR_SOURCES:
+    kind = dataset_sources()[source]
+    if kind.tabular:
         return x_train.float(), x_test.float(), None, None
-    scale = 16.0 if source == "digits" else 255.0
     # In place after the one uint8 -> float copy: a CIFAR-sized set then needs one float
     # copy of the data at its peak, not three (benchmarks/memory.py).
-    x_train = x_train.float().div_(scale)
-    x_test = x_test.float().div_(scale)
+    x_train = x_train.float().div_(kind.pixel_max)
+    x_test = x_test.float().div_(kind.pixel_max)
     dims = [0, 2, 3]
     mean = x_train.mean(dim=dims, keepdim=True)
     std = x_train.std(dim=dims, keepdim=True).clamp_min(1e-6)

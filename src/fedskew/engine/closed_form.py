@@ -77,7 +77,7 @@ def closed_form_step(steps: list, params: list[torch.Tensor], inputs: torch.Tens
     `steps` the body's and the head's dense steps in order; `params` stacked [C, ...];
     `inputs` [C, B, ...]; `labels` [C, B] (IGNORE_INDEX on padded rows); `weights` [C, B];
     `targets` their `one_hot_targets`, [C, K, B]; `adjustment` per client and class, [C, K];
-    `bmm` the batched product (fedskew.gemm.bmm for a model of portable layers, else torch's).
+    `bmm` the batched product (fedskew.numerics.gemm.bmm for a model of portable layers, else torch's).
     """
     clients, batch = labels.shape
     h = inputs.reshape(clients, batch, -1).transpose(1, 2)  # [C, features, B]

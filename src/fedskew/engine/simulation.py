@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedskew import cpu_pin, gemm, paths
+from fedskew import paths
+from fedskew.numerics import cpu_pin, gemm
 from fedskew.algorithms import ALGORITHMS
 from fedskew.config import ConfigError, RunConfig
 from fedskew.data import registry
@@ -312,7 +313,7 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     """
     training = cfg.training
     torch.set_num_threads(threads or training["threads"])
-    cpu_pin.configure_torch()  # CPU kernels whose results do not depend on the CPU model (fedskew.cpu_pin)
+    cpu_pin.configure_torch()  # CPU kernels whose results do not depend on the CPU model (fedskew.numerics.cpu_pin)
     gemm.enabled()  # the layers' products: refuses an OpenBLAS loaded before the pin, fixes its threads
     device = resolve_device(training["device"])
     if device.type == "cuda":

@@ -3,7 +3,7 @@
 The sequential path (`simulation.train_client`) trains one client after another on one
 model. Here every participant's parameters are stacked along a leading client dimension
 and all clients take their t-th SGD step together: one batched forward, the method's loss
-for all clients, one backward, one SGD update of the stacked tensors (`fedskew.sgd.sgd_update`).
+for all clients, one backward, one SGD update of the stacked tensors (`fedskew.numerics.sgd.sgd_update`).
 
 - The forward of a dense model (Linear layers, elementwise activations, Flatten: logistic
   regression and MLPs) is a chain of batched matrix products (`_dense_forward`); any other
@@ -53,7 +53,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from fedskew import gemm
+from fedskew.numerics import gemm
 from fedskew.engine.closed_form import (
     closed_form_step,
     dense_step_forward,
@@ -65,7 +65,7 @@ from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Sta
 from fedskew.fl.losses import IGNORE_INDEX
 from fedskew.models.dropout import Dropout, draw_mask, dropout_plan, given_masks, has_foreign_dropout
 from fedskew.sfl.base import SplitAlgorithm, stacked_blocker
-from fedskew.sgd import sgd_update
+from fedskew.numerics.sgd import sgd_update
 
 EXECUTIONS = ("auto", "sequential", "vectorised")
 

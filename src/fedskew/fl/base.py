@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.adam import Adam
 from fedskew.fl.losses import LogitAdjustment, batched_cross_entropy
-from fedskew.sgd import SGD, LocalOptimizer
+from fedskew.numerics.adam import Adam
+from fedskew.numerics.sgd import SGD, LocalOptimizer
 
 StateDict = dict[str, torch.Tensor]
 

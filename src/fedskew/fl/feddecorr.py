@@ -20,8 +20,8 @@ with the batch size. A batch of one has no correlation: the penalty is 0 (as in 
 import torch
 import torch.nn.functional as F
 
-from fedskew import exact_math
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.numerics import exact_math
 
 EPS = 1e-8  # inside the square root, as in the official code
 

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew import exact_math
 from fedskew.fl.base import (
     AverageFold,
     ClientContext,
@@ -40,6 +39,7 @@ from fedskew.fl.base import (
     RoundAggregate,
     StateDict,
 )
+from fedskew.numerics import exact_math
 
 
 class ParameterAwareAlgorithm(FederatedAlgorithm):

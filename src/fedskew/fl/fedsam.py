@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from fedskew.fl.base import ClientContext, FederatedAlgorithm
-from fedskew.sgd import LocalOptimizer
+from fedskew.numerics.sgd import LocalOptimizer
 
 
 class FedSAM(FederatedAlgorithm):

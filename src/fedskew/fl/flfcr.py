@@ -81,7 +81,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew import exact_math
 from fedskew.fl.base import (
     AverageFold,
     ClientContext,
@@ -92,7 +91,8 @@ from fedskew.fl.base import (
     StateDict,
 )
 from fedskew.fl.losses import true_class_margin_cross_entropy
-from fedskew.sgd import SGD
+from fedskew.numerics import exact_math
+from fedskew.numerics.sgd import SGD
 
 HEAD_WEIGHT, HEAD_BIAS = "head.weight", "head.bias"
 

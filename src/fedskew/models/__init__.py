@@ -17,9 +17,7 @@ from math import prod
 
 from torch import nn
 
-from fedskew import cpu_pin
 from fedskew.data.registry import DatasetInfo
-from fedskew.gemm import portable_layers
 from fedskew.models.dropout import Dropout
 from fedskew.models.mobilenet import mobilenetv2
 from fedskew.models.net import InputNeeds, SplittableNet
@@ -33,6 +31,8 @@ from fedskew.models.paper_nets import (
     flfcr_mlp,
 )
 from fedskew.models.resnet import resnet18, resnet32
+from fedskew.numerics import cpu_pin
+from fedskew.numerics.gemm import portable_layers
 
 __all__ = ["MODELS", "NEEDS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "SplittableNet",
            "build_model", "example_info", "incompatibility"]
@@ -168,7 +168,7 @@ def example_info(name: str, num_classes: int = 10) -> DatasetInfo:
 
 def build_model(name: str, info: DatasetInfo) -> SplittableNet:
     """Model `name` for a dataset like `info`. Its Linear and Conv2d layers compute their CPU products
-    under the portable kernels' recipe for this model (fedskew.cpu_pin.kernel_recipe, fedskew.gemm)."""
+    under the portable kernels' recipe for this model (fedskew.numerics.cpu_pin.kernel_recipe, fedskew.numerics.gemm)."""
     problem = incompatibility(name, info)
     if problem:
         raise ValueError(problem)

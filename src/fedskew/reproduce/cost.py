@@ -47,7 +47,7 @@ SIZES = {
 
 @cache
 def _synthetic_sizes(lam: float, mu: float, clients: int, seed: int) -> tuple[int, int]:
-    from fedskew.data.embedded import generate_synthetic
+    from fedskew.data.datasets.synthetic import generate_synthetic
 
     data = generate_synthetic(lam, mu, clients=clients, seed=seed)
     return int(len(data["y_train"])), int(len(data["y_test"]))
@@ -66,8 +66,8 @@ def forward_flops(model: str, dataset_spec_items: tuple) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     from fedskew.data.registry import dataset_info
-    from fedskew.gemm import plain_layers
     from fedskew.models import build_model
+    from fedskew.numerics.gemm import plain_layers
 
     info = dataset_info(dict(dataset_spec_items))
     net = plain_layers(build_model(model, info)).eval()  # torch's own products, which the counter sees

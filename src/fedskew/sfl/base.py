@@ -49,7 +49,7 @@ from fedskew.fl.base import (
 )
 from fedskew.fl.losses import logit_adjusted_cross_entropy
 from fedskew.models.split import SplitView
-from fedskew.sgd import sgd_update
+from fedskew.numerics.sgd import sgd_update
 
 
 @dataclass

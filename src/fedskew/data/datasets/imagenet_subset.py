@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedskew.data.datasets.base import DatasetSource
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems, stack_images
@@ -147,3 +148,14 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     key = {"preprocessing": PREPROCESSING, "wnids": list(WNIDS),
            "inputs": digest_of(tree_digests(files, folder / MARKER))}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(files))
+
+
+class ImageNetSubset(DatasetSource):
+    name = NAME
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        imagenet_dir = spec.get("imagenet_dir")
+        if imagenet_dir:  # a relative path is relative to the project root
+            spec = {**spec, "imagenet_dir": str(root / Path(imagenet_dir).expanduser())}
+        return load_tensors(spec, root / "data" / "raw", download)

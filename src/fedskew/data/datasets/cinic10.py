@@ -35,8 +35,15 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
+from fedskew.data.datasets.base import DatasetSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
-from fedskew.data.tensors import CACHE, cached_tensors, decode_rgb, split_problems, stack_images
+from fedskew.data.tensors import (
+    CACHE,
+    cached_tensors,
+    decode_rgb,
+    split_problems,
+    stack_images,
+)
 
 NAME = "cinic10"
 ARCHIVE = "CINIC-10.tar.gz"
@@ -126,3 +133,11 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     entries = ensure_files(NAME, folder, source_files(), download, HOW_TO_GET)
     key = {"preprocessing": PREPROCESSING, "archive_sha256": entries[ARCHIVE]["sha256"]}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))
+
+
+class CINIC10(DatasetSource):
+    name = NAME
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        return load_tensors(spec, root / "data" / "raw", download)

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedskew.data.datasets.base import DatasetSource
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
@@ -188,3 +189,11 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     key = {**full_key, "writers": writers, "seed": seed}
     return subset_dir / CACHE, cached_tensors(NAME, subset_dir, key, problems,
                                               lambda: select_writers(full, writers, seed))
+
+
+class FEMNIST(DatasetSource):
+    name = NAME
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        return load_tensors(spec, root / "data" / "raw", download)

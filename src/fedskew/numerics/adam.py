@@ -1,4 +1,4 @@
-"""Adam for local training (`training.optimizer: adam`), without `torch.optim` (see fedskew.sgd for why).
+"""Adam for local training (`training.optimizer: adam`), without `torch.optim` (see fedskew.numerics.sgd for why).
 
 The arithmetic is torch's single-tensor Adam (`torch.optim.adam._single_tensor_adam`, the path torch
 takes on CPU) without amsgrad, maximize or decoupled weight decay: the same operations in the same
@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 import torch
 
-from fedskew import exact_math
-from fedskew.sgd import LocalOptimizer
+from fedskew.numerics import exact_math
+from fedskew.numerics.sgd import LocalOptimizer
 
 BETAS = (0.9, 0.999)  # torch's defaults; FL-FCR gives only the learning rates
 EPS = 1e-8

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedskew.data.datasets.base import DatasetSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
@@ -174,3 +175,12 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     key = {"preprocessing": PREPROCESSING, "sha256": {name: entry["sha256"] for name, entry in entries.items()}}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems,
                                           lambda: preprocess(folder / "adult.data", folder / "adult.test"))
+
+
+class Adult(DatasetSource):
+    name = NAME
+    tabular = True  # one-hot and standardised columns (see the module's docstring), taken as they are
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        return load_tensors(spec, root / "data" / "raw", download)

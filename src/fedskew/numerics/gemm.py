@@ -1,6 +1,6 @@
 """The models' matrix products through one GEMM whose arithmetic the instruction set fixes.
 
-Under the portable CPU kernels (fedskew.cpu_pin, recipe 2) every Linear and Conv2d layer of a model
+Under the portable CPU kernels (fedskew.numerics.cpu_pin, recipe 2) every Linear and Conv2d layer of a model
 computes its products, forward and backward, with numpy's OpenBLAS: the library is forced to its
 Haswell kernels (AVX2 and FMA, one blocking) and to one thread. That gives the same bits on every
 x86-64 CPU with AVX2 (benchmarks/cpu_portability.py) at AVX2 speed: about three times MKL's
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from numpy.lib.stride_tricks import as_strided
 from torch import nn
 
-from fedskew import cpu_pin
+from fedskew.numerics import cpu_pin
 
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 
@@ -84,7 +84,7 @@ def enabled() -> bool:
         setting = os.environ.get("OPENBLAS_CORETYPE")
         cause = (f"OPENBLAS_CORETYPE is set to {setting!r}; unset it" if setting and setting.lower() != wanted.lower()
                  else "numpy was loaded before fedskew set OPENBLAS_CORETYPE; run fedskew through `python -m fedskew` "
-                      "or `fedskew`, or call fedskew.cpu_pin.apply() before importing numpy or torch")
+                      "or `fedskew`, or call fedskew.numerics.cpu_pin.apply() before importing numpy or torch")
         raise GemmSetupError(
             f"the portable CPU kernels need numpy's OpenBLAS at its {wanted} kernels, but numpy has {found}: "
             f"{cause}; or set FEDSKEW_CPU_KERNELS=native (results that depend on the CPU model)")

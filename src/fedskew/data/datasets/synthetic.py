@@ -1,30 +1,17 @@
-"""Datasets that need no network: scikit-learn's bundled digits and Synthetic(λ, μ)."""
+"""Synthetic(λ, μ) of FedProx and LEAF, as FedLC's Table 4 uses it: generated from a seed, no files.
+
+Source: nothing is fetched; the generator below (numpy's PCG64 from `seed`, with fedskew's portable CPU
+kernels, so the same spec gives the same bytes on any x86-64 CPU) writes the tensors, which the
+manifest's sha256 then verifies as every source's. Each client's samples carry its id
+(`natural_groups`), for the natural partition.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-
-def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> dict[str, torch.Tensor]:
-    """The 8×8 digits that ship with scikit-learn, split once into a stratified train/test set.
-
-    Pixels stay as integers 0..16 (uint8, shape [N, 1, 8, 8]); normalisation happens at load.
-    """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    images = digits.images.astype(np.uint8)[:, None, :, :]
-    x_train, x_test, y_train, y_test = train_test_split(
-        images, digits.target, test_size=test_fraction, stratify=digits.target, random_state=seed
-    )
-    return {
-        "x_train": torch.from_numpy(np.ascontiguousarray(x_train)),
-        "y_train": torch.from_numpy(y_train.astype(np.int64)),
-        "x_test": torch.from_numpy(np.ascontiguousarray(x_test)),
-        "y_test": torch.from_numpy(y_test.astype(np.int64)),
-    }
+from fedskew.data.datasets.base import GeneratedSource
 
 
 def generate_synthetic(lam: float, mu: float, clients: int = 100, dim: int = 60,
@@ -67,3 +54,11 @@ def generate_synthetic(lam: float, mu: float, clients: int = 100, dim: int = 60,
         "x_test": torch.from_numpy(cat["x_test"].astype(np.float32)),
         "y_test": torch.from_numpy(cat["y_test"].astype(np.int64)),
     }
+
+
+class Synthetic(GeneratedSource):
+    name = "synthetic"
+    tabular = True  # feature vectors, taken as they are
+
+    def generate(self, spec: dict) -> dict[str, torch.Tensor]:
+        return generate_synthetic(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"], spec["seed"])

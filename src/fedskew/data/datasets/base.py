@@ -1,0 +1,64 @@
+"""What every dataset source provides: its tensors, written once to a file, and how loading scales them.
+
+A source is a subclass of `DatasetSource` that sets `name` (the `source` a dataset of params.yaml names)
+in a module of fedskew.data.datasets; it is found there by fedskew.discovery, as methods and partition
+schemes are. Its torch-free facts (input shape, classes, how it arrives, spec options and their
+defaults) are its entry in fedskew.catalog, which validation reads without importing torch;
+tests/unit/test_catalog.py keeps the two in step.
+
+The mechanics every source shares stay in fedskew.data: fetching and verifying files
+(fedskew.data.fetch), the tensor cache (fedskew.data.tensors), atomic files (fedskew.data.files),
+the manifest and normalisation (fedskew.data.registry).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from fedskew.data.files import save_tensors
+from fedskew.data.tensors import CACHE
+
+# The tensors a source provides; `natural_groups` (int64, one client id a training sample) is added by
+# sources with a natural partition.
+SPLITS = ("x_train", "y_train", "x_test", "y_test")
+
+
+class DatasetSource:
+    """One dataset source. Subclasses set `name` and implement `materialise` (or `generate`, below)."""
+
+    name: ClassVar[str]
+    # Float feature vectors, taken as they are at load (Adult's numeric columns are standardised by its
+    # decoder, its one-hots stay 0/1). Images are scaled to [0, 1] by `pixel_max`, then standardised per
+    # channel with training statistics.
+    tabular: ClassVar[bool] = False
+    pixel_max: ClassVar[float] = 255.0
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        """Make the tensors of `spec` (its defaults filled in) exist in one file and return (that file, the
+        tensors): uint8 images [N, C, H, W] or float32 vectors [N, D], int64 labels.
+
+        `root` is the project root (raw files live in root/data/raw/<source>/); `dataset_dir` is
+        data/raw/<dataset>/, where the dataset's manifest goes, for tensors that belong to one dataset
+        of params.yaml rather than to the source. `download` False: never touch the network. Errors are
+        fedskew.data.fetch's DatasetUnavailableError (what is missing and how to provide it) and
+        DatasetCorruptError (what does not verify)."""
+        raise NotImplementedError
+
+
+class GeneratedSource(DatasetSource):
+    """A source made here from its spec, with no files to fetch: `generate` returns the tensors, which are
+    written to data/raw/<dataset>/tensors.pt (each dataset of params.yaml has its own spec)."""
+
+    def generate(self, spec: dict) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        tensors = self.generate(spec)
+        path = dataset_dir / CACHE
+        save_tensors(path, tensors)
+        return path, tensors
