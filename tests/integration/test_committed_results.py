@@ -29,7 +29,7 @@ COMMITTED_RUNS = REPO / "results" / "committed-runs"
 # Suites of `reproduce.suites` retrained in stretches (more than a working day on two cores): their folder
 # holds the runs finished so far, as they came, and their committed tables are rebuilt once it is whole.
 # Take a suite off this list when its folder holds every run.
-IN_STRETCHES: set[str] = {"flfcr_mnist"}
+IN_STRETCHES: set[str] = set()
 
 
 def _folder(suite: str) -> Path:
