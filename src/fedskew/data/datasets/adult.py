@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.datasets.base import DatasetSource
+from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
@@ -177,10 +177,7 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
                                           lambda: preprocess(folder / "adult.data", folder / "adult.test"))
 
 
-class Adult(DatasetSource):
+class Adult(FileSource):
     name = NAME
     tabular = True  # one-hot and standardised columns (see the module's docstring), taken as they are
-
-    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
-        return load_tensors(spec, root / "data" / "raw", download)
+    load_tensors = staticmethod(load_tensors)

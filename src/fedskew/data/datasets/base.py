@@ -13,6 +13,7 @@ the manifest and normalisation (fedskew.data.registry).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -62,3 +63,15 @@ class GeneratedSource(DatasetSource):
         path = dataset_dir / CACHE
         save_tensors(path, tensors)
         return path, tensors
+
+
+class FileSource(DatasetSource):
+    """A source decoded from its files under data/raw/<source>/ by its module's
+    `load_tensors(spec, raw_root, download) -> (tensor file, tensors)`, which the subclass names."""
+
+    load_tensors: ClassVar[Callable[[dict, Path, bool], tuple[Path, dict[str, torch.Tensor]]]]
+
+    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
+                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+        return self.load_tensors(spec, root / "data" / "raw", download)
+

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from fedskew.data.datasets.base import DatasetSource
+from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
 from fedskew.data.tensors import (
     CACHE,
@@ -135,9 +135,6 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))
 
 
-class CINIC10(DatasetSource):
+class CINIC10(FileSource):
     name = NAME
-
-    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
-        return load_tensors(spec, root / "data" / "raw", download)
+    load_tensors = staticmethod(load_tensors)

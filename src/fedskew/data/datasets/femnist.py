@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.datasets.base import DatasetSource
+from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
@@ -191,9 +191,6 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
                                               lambda: select_writers(full, writers, seed))
 
 
-class FEMNIST(DatasetSource):
+class FEMNIST(FileSource):
     name = NAME
-
-    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
-        return load_tensors(spec, root / "data" / "raw", download)
+    load_tensors = staticmethod(load_tensors)

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedskew.data.datasets.base import DatasetSource
+from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems, stack_images
@@ -150,12 +150,13 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(files))
 
 
-class ImageNetSubset(DatasetSource):
+class ImageNetSubset(FileSource):
     name = NAME
+    load_tensors = staticmethod(load_tensors)
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
                     download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
         imagenet_dir = spec.get("imagenet_dir")
         if imagenet_dir:  # a relative path is relative to the project root
             spec = {**spec, "imagenet_dir": str(root / Path(imagenet_dir).expanduser())}
-        return load_tensors(spec, root / "data" / "raw", download)
+        return super().materialise(spec, root, dataset_dir, download)

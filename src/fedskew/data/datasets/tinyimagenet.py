@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from fedskew.data.datasets.base import DatasetSource
+from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
 from fedskew.data.tensors import (
     CACHE,
@@ -139,9 +139,6 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))
 
 
-class TinyImageNet(DatasetSource):
+class TinyImageNet(FileSource):
     name = NAME
-
-    def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
-        return load_tensors(spec, root / "data" / "raw", download)
+    load_tensors = staticmethod(load_tensors)
