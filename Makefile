@@ -19,9 +19,11 @@ verify: env
 	.venv/bin/python -m fedskew verify --suite $(SUITE)
 
 # The whole test suite (unit + integration), on offline data. pyproject's addopts leave out the soak
-# and cluster tests.
+# and cluster tests. pytest-xdist runs one worker a physical core, and idle workers take tests from busy
+# ones (worksteal), so the few minute-long workflow tests do not wait in one queue. Every test keeps to
+# its own temporary folder; `python -m pytest` alone runs them one after another.
 test: env
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n auto --dist worksteal
 
 # The cluster path for real (docs/cluster.md): a one-node SLURM, an MLflow server and a DVC remote on
 # this machine, the default suite end to end and three faults. Root; installs Debian's SLURM packages.
