@@ -62,7 +62,7 @@ def test_runs_of_imported_suites_count_as_run_here_where_the_archives_hold_them(
     assert c["runs_here"] == 0 and c["runs_imported"] == len(archived) == 117
     row = next(line for line in cost.cost_markdown(params, archived).splitlines() if line.startswith("| feded_t1 |"))
     assert "| 0 + 117 imported |" in row
-    assert cost.here_text(cost.table_cost(params, "flfcr_t2", archived)) == "300"  # no imported suite: the plain count
+    assert cost.here_text(cost.table_cost(params, "flfcr_t2", archived)) == "360"  # no imported suite: the plain count
     assert cost.table_cost(params, "feded_t1")["runs_imported"] == 0  # archives not read: nothing counted
 
 
