@@ -172,7 +172,8 @@ def small_mnist(seed: int = 0) -> tuple:
 
 
 def pickled(obj, protocol: int = 2) -> bytes:
-    return gzip.compress(pickle.dumps(obj, protocol=protocol))
+    # mtime=0: the same bytes in every process, so that parallel test workers collect the same test ids.
+    return gzip.compress(pickle.dumps(obj, protocol=protocol), mtime=0)
 
 
 def mnist_package(wheelhouse, monkeypatch, member_bytes: bytes, pin_payloads: dict[str, str] | None):
@@ -225,11 +226,11 @@ def test_mnist_whose_rebuilt_payload_is_not_the_official_one_is_refused(wheelhou
 
 @pytest.mark.parametrize("member, why", [
     (b"not gzip at all", "is not a readable pickle of MNIST"),
-    (gzip.compress(b"\x80\x02garbage"), "is not a readable pickle of MNIST"),
+    (gzip.compress(b"\x80\x02garbage", mtime=0), "is not a readable pickle of MNIST"),
     (pickled(("only", "two")), "does not hold MNIST's three splits"),
     (pickled(tuple((np.full((n, 784), 0.3, np.float32), np.zeros(n, np.int64)) for n, _ in SMALL_SPLITS)),
      "are not 8-bit pixels / 256"),
-])
+], ids=["not-gzip", "gzip-of-no-pickle", "two-splits", "float-pixels"])
 def test_a_damaged_or_foreign_pickle_is_refused(member, why, wheelhouse, tmp_path, monkeypatch):
     mnist_package(wheelhouse, monkeypatch, member, {})
     assert why in _refusal(tmp_path, torchvision_family.source_files("mnist"), "mnist")
