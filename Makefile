@@ -19,12 +19,11 @@ verify: env
 	.venv/bin/python -m fedskew verify --suite $(SUITE)
 
 # The whole test suite (unit + integration), on offline data. pyproject's addopts leave out the soak
-# and cluster tests. pytest-xdist runs one worker a physical core and hands each worker two tests at a time
-# as it frees up (--maxschedchunk 2): the minute-long workflow, DVC and kill tests, collected first, then
-# spread over every worker instead of queueing on the first one. Every test keeps to its own temporary
-# folder; `python -m pytest` alone runs them one after another.
+# and cluster tests. pytest-xdist runs one worker a physical core, and idle workers take tests from busy
+# ones (worksteal), so the few minute-long workflow tests do not wait in one queue. Every test keeps to
+# its own temporary folder; `python -m pytest` alone runs them one after another.
 test: env
-	.venv/bin/python -m pytest -n auto --dist load --maxschedchunk 2
+	.venv/bin/python -m pytest -n auto --dist worksteal
 
 # The cluster path for real (docs/cluster.md): a one-node SLURM, an MLflow server and a DVC remote on
 # this machine, the default suite end to end and three faults. Root; installs Debian's SLURM packages.
