@@ -14,9 +14,11 @@ run: env
 	.venv/bin/python -m fedskew run
 
 # The same proof for any suite, from its seeds, in a scratch project (.verify/<suite>/): never writes
-# into results/. `make verify SUITE=fedlc_t4_synthetic`.
+# into results/. `make verify SUITE=fedlc_t4_synthetic`. METHODS="..." and SEEDS="..." retrain only those
+# runs, beside the suite's committed ones, and compare each with its committed files.
 verify: env
-	.venv/bin/python -m fedskew verify --suite $(SUITE)
+	.venv/bin/python -m fedskew verify --suite $(SUITE) $(if $(METHODS),--method $(METHODS)) \
+		$(if $(SEEDS),--seed $(SEEDS))
 
 # The whole test suite (unit + integration), on offline data. pyproject's addopts leave out the soak
 # and cluster tests. pytest-xdist runs one worker a physical core, and idle workers take tests from busy

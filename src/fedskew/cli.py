@@ -121,7 +121,8 @@ def cmd_verify(params: Params, args: argparse.Namespace) -> int:
 
     worst = 0
     for suite in _suites_of(params, args.suite):
-        code, text = rebuild.verify_in_scratch(params, suite, cores=args.cores, keep=args.keep)
+        code, text = rebuild.verify_in_scratch(params, suite, cores=args.cores, keep=args.keep,
+                                               methods=args.method, seeds=args.seed)
         print(text, flush=True)
         worst = max(worst, code)
     return worst
@@ -314,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", nargs="+", required=True)
     p.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
     p.add_argument("--keep", action="store_true", help="keep the scratch project even when the tables are identical")
+    p.add_argument("--method", nargs="+", help="retrain only these methods' runs, beside the suite's committed runs, "
+                                               "and compare each with its committed files")
+    p.add_argument("--seed", type=int, nargs="+", help="retrain only these seeds' runs (with --method: of those "
+                                                       "methods)")
     p = sub.add_parser("ui", help="start `mlflow ui` on the project's store and print a link to each suite's "
                                   "runs table (make ui)")
     p.add_argument("--host", default="127.0.0.1")

@@ -21,4 +21,6 @@ CLAIMS = "results/claims.{ext}"
 # Runs trained elsewhere (a GPU) for a suite of `reproduce.imported`: the committed `packed ship`
 # archives, and the mark that they are imported into results/runs/.
 IMPORTED_ARCHIVES = "results/imported/{suite}"
+# The runs behind a trained suite's committed tables (results/committed-runs/README.md).
+COMMITTED_RUNS = "results/committed-runs/{suite}"
 IMPORTED = "results/runs/{suite}/IMPORTED"

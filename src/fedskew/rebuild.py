@@ -10,6 +10,12 @@ Two ways, one comparison (`docs/design.md`, "Rebuilding and proving it"):
 - `fedskew verify --suite S` (`make verify SUITE=S`) trains the suite from its seeds in a
   scratch project under `.verify/S/` (the project's params.yaml, its verified raw data, nothing
   else) and compares the tables built there. It never writes into `results/`.
+- `fedskew verify --suite S --method M... --seed N...` retrains only those runs, for a suite too long
+  to retrain whole (FL-FCR's MNIST suite is a night on two cores). The scratch project takes the
+  suite's committed runs (results/committed-runs/S/, or results/imported/S/), sets the chosen ones
+  aside, trains them again from their seeds and compares each with its committed files: config.yaml
+  and history.csv byte for byte, metrics.json without its provenance (which machine and commit
+  trained it). The tables are then rebuilt from the retrained and the other committed runs.
 
 The reference of the comparison is read before anything is built: the table as committed at
 HEAD when it is tracked by git, else the file as it was before the build. So nothing committed
@@ -285,10 +291,8 @@ def run_in_place(params: Params, suites: list[str], root: Path = Path("."), core
     return (1 if any(c.differs for c in checks) else 0), report(checks, "rebuilt")
 
 
-def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores: str = "all",
-                      keep: bool = False) -> tuple[int, str]:
-    """`make verify SUITE=...`: train `suite` from its seeds in `.verify/<suite>/` and compare its tables."""
-    label, references = read_references(suite, root)
+def _scratch_project(suite: str, root: Path) -> tuple[Path, Path]:
+    """An empty project in `.verify/<suite>/` (params.yaml, the raw data linked) and its emptied log file."""
     scratch = (root / SCRATCH / suite).resolve()
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "data").mkdir(parents=True)
@@ -298,9 +302,22 @@ def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores:
     # Raw data is verified by its checksums wherever it came from; sharing it saves a download.
     # Partitions, runs and tables are made afresh from the seeds.
     os.symlink(raw, scratch / "data" / "raw")
-    runs = params.runs([suite])
-    log_path = root / LOG_DIR / f"verify-{suite}.log"
+    log_path = (root / LOG_DIR / f"verify-{suite}.log").resolve()
     log_path.unlink(missing_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    return scratch, log_path
+
+
+def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores: str = "all",
+                      keep: bool = False, methods: list[str] | None = None,
+                      seeds: list[int] | None = None) -> tuple[int, str]:
+    """`make verify SUITE=...`: train `suite` from its seeds in `.verify/<suite>/` and compare its tables.
+    With `methods` or `seeds`, retrain only those runs beside the suite's committed ones (module docstring)."""
+    if methods or seeds:
+        return _verify_some_runs(params, suite, root, cores, keep, select_runs(params, suite, methods, seeds))
+    label, references = read_references(suite, root)
+    scratch, log_path = _scratch_project(suite, root)
+    runs = params.runs([suite])
     print(f"fedskew: rebuilding {suite} from its seeds in {scratch} ({len(runs)} runs; Snakemake's output: "
           f"{log_path})", flush=True)
     env = {**_snakemake_env(), "FEDSKEW_TRACKING": "0"}  # a check, not a result: the MLflow store stays as it is
@@ -317,3 +334,114 @@ def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores:
     elif not check.identical:
         print(f"fedskew: the rebuilt tables are kept in {scratch / 'results' / 'tables'}", flush=True)
     return (1 if check.differs else 0), report([check], "rebuilt from the seeds")
+
+
+# ---- retraining some of a suite's runs beside its committed ones -------------------------------
+
+COMPARED_RUN_FILES = ("config.yaml", "history.csv", "metrics.json")
+NOT_COMPARED_METRICS = ("provenance", "integrity")  # which machine and commit; the digests that cover it
+
+
+def committed_archives(params: Params, suite: str, root: Path = Path(".")) -> list[Path]:
+    """The archives of a suite's committed runs (results/committed-runs/README.md)."""
+    folder = paths.IMPORTED_ARCHIVES if suite in params.imported_suites else paths.COMMITTED_RUNS
+    return sorted((root / folder.format(suite=suite)).glob("*.tar.gz"))
+
+
+def select_runs(params: Params, suite: str, methods: list[str] | None, seeds: list[int] | None) -> list:
+    """The runs of `suite` with one of `methods` and one of `seeds` (each, when not given: all)."""
+    from fedskew.config import ConfigError, suggestion
+
+    body = params.raw["suites"][suite]
+    for method in methods or []:
+        if method not in body["methods"]:
+            raise ConfigError(f"--method {method!r} is not a method of suite {suite!r}"
+                              f"{suggestion(method, body['methods'])}; its methods: {', '.join(body['methods'])}")
+    for seed in seeds or []:
+        if seed not in body["seeds"]:
+            raise ConfigError(f"--seed {seed} is not a seed of suite {suite!r}; its seeds: "
+                              f"{', '.join(map(str, body['seeds']))}")
+    return [cfg for cfg in params.runs([suite])
+            if (not methods or cfg.method in methods) and (not seeds or cfg.seed in seeds)]
+
+
+def run_file_differences(committed: Path, retrained: Path) -> list[str]:
+    """The files of one run that differ: config.yaml and history.csv byte for byte, metrics.json
+    without `NOT_COMPARED_METRICS`. Empty when the run rebuilt."""
+    differing = []
+    for name in COMPARED_RUN_FILES:
+        old, new = (folder / name for folder in (committed, retrained))
+        if not new.exists():
+            differing.append(f"{name} (not written)")
+        elif name == "metrics.json":
+            old_record, new_record = (json.loads(p.read_text()) for p in (old, new))
+            for record in (old_record, new_record):
+                for key in NOT_COMPARED_METRICS:
+                    record.pop(key, None)
+            if old_record != new_record:
+                keys = sorted(k for k in old_record.keys() | new_record.keys()
+                              if old_record.get(k) != new_record.get(k))
+                differing.append(f"metrics.json ({', '.join(keys)})")
+        elif old.read_bytes() != new.read_bytes():
+            differing.append(name)
+    return differing
+
+
+def _fedskew(args: list[str], scratch: Path, env: dict, log_path: Path) -> int:
+    """`python -m fedskew <args>` in the scratch project, its output appended to the log."""
+    with open(log_path, "a") as log:
+        log.write(f"$ fedskew {' '.join(args)}   (in {scratch})\n")
+        log.flush()
+        return subprocess.run([sys.executable, "-m", "fedskew", *args], cwd=scratch, env=env, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+
+
+def _verify_some_runs(params: Params, suite: str, root: Path, cores: str, keep: bool,
+                      selected: list) -> tuple[int, str]:
+    from fedskew.config import ConfigError
+
+    archives = committed_archives(params, suite, root)
+    if not archives:
+        raise ConfigError(f"suite {suite!r} has no committed runs to compare with (results/committed-runs/{suite}/ "
+                          f"holds no archive): verify it whole, without --method and --seed")
+    label, references = read_references(suite, root)
+    scratch, log_path = _scratch_project(suite, root)
+    env = {**_snakemake_env(), "FEDSKEW_TRACKING": "0"}
+    kept = f"the scratch project is kept in {scratch}"
+    if _fedskew(["packed", "import", *map(str, (a.resolve() for a in archives))], scratch, env, log_path) != 0:
+        return 1, f"fedskew: importing the committed runs of {suite} failed; nothing was compared (see {log_path})"
+    committed = scratch / "committed"
+    for cfg in selected:
+        if not (scratch / cfg.path(paths.RUN_METRICS)).exists():
+            raise ConfigError(f"{cfg.path(paths.RUN_DIR)} is not among the committed runs of {suite}; "
+                              f"retrain it with `make verify SUITE={suite}` or commit it first")
+        target = committed / cfg.path(paths.RUN_DIR)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (scratch / cfg.path(paths.RUN_DIR)).rename(target)
+    print(f"fedskew: retraining {len(selected)} of {len(params.runs([suite]))} runs of {suite} from their seeds in "
+          f"{scratch}, beside its committed runs (Snakemake's output: {log_path})", flush=True)
+    snakefile = (root / "workflow" / "Snakefile").resolve()
+    code = run_snakemake(["--snakefile", str(snakefile), "--directory", str(scratch), "--cores", cores,
+                          *(str(cfg.path(paths.RUN_METRICS)) for cfg in selected)], cwd=scratch, runs=selected,
+                         log_path=log_path, env=env)
+    if code != 0:
+        return code, f"fedskew: retraining runs of {suite} failed; nothing was compared (see {log_path}; {kept})"
+    differing = {}
+    for cfg in selected:
+        run_dir = cfg.path(paths.RUN_DIR)
+        if diff := run_file_differences(committed / run_dir, scratch / run_dir):
+            differing[run_dir.as_posix()] = diff
+    if _fedskew(["aggregate", "--suite", suite], scratch, env, log_path) != 0:
+        return 1, f"fedskew: rebuilding the tables of {suite} failed (see {log_path}; {kept})"
+    check = compare(suite, scratch, label, references)
+    lines = [f"  {run}: {', '.join(diff)}" for run, diff in differing.items()]
+    lines.append(f"fedskew: retrained {len(selected)} runs of {suite}: " +
+                 (f"{len(differing)} differ from their committed runs" if differing else
+                  "each identical to its committed run (config.yaml and history.csv byte for byte, metrics.json "
+                  "but for its provenance)") + ".")
+    if check.identical and not differing and not keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    elif differing or not check.identical:
+        print(f"fedskew: {kept}; the committed runs set aside are in {committed}", flush=True)
+    return (1 if check.differs or differing else 0), "\n".join(lines) + "\n" + report(
+        [check], "rebuilt with those runs retrained")

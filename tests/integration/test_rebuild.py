@@ -4,6 +4,8 @@ every rebuilt table is identical to the committed one, and a perturbed committed
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,20 +23,37 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository whose tiny suite's tables are built and committed (run files, as in fedskew, are not).
-    Built once; every test works in clones of it."""
+    Built once, by the first pytest-xdist worker that needs it, under a lock in the workers' common
+    temporary folder; every test works in clones of it and never writes into it."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # a worker's folder is popen-gw<n> in the session's own folder
+    with FileLock(shared / "rebuild-origin.lock"):
+        if not (shared / "rebuild-origin" / "BUILT").exists():
+            shutil.rmtree(shared / "rebuild-origin", ignore_errors=True)  # a half-built one
+            (shared / "rebuild-origin").mkdir()
+            build_origin(shared / "rebuild-origin" / "project")
+            (shared / "rebuild-origin" / "BUILT").touch()
+    return shared / "rebuild-origin" / "project"
+
+
+def build_origin(origin: Path) -> None:
     from tests.conftest import TINY_PARAMS
 
-    origin = make_copy(tmp_path_factory.mktemp("origin"), TINY_PARAMS)
+    make_copy(origin.parent, TINY_PARAMS)
     (origin / ".gitignore").write_text("/data/raw/\n/data/partitions/\n/results/runs/\n/results/checkpoints/\n"
                                        ".snakemake/\nlogs/\n.verify/\n__pycache__/\nmlflow.db*\n")
     built = run([venv_bin("snakemake"), "--cores", "2"], origin, FEDSKEW_TRACKING="0")
     assert built.returncode == 0, built.stderr[-3000:]
+    shipped = fedskew(origin, "packed", "ship", "--suite", "tiny", "--out", "results/committed-runs/tiny")
+    assert shipped.returncode == 0, shipped.stderr[-3000:]
     git(origin, "init", "-q", "-b", "main")
     commit(origin, "tables")
-    return origin
 
 
 def commit(root: Path, message: str) -> None:
@@ -52,7 +71,8 @@ def fedskew(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_path, origin):
-    """Also the report, before and after: one training of the clone serves both (it is the slow part)."""
+    """Also the report, before and after, and a committed cell perturbed afterwards: one training of the
+    clone serves them all (it is the slow part)."""
     clone = fresh_clone(origin, tmp_path / "clone")
     assert not (clone / "results/runs").exists() and (clone / "results/tables/tiny.md").exists()
 
@@ -84,9 +104,11 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     assert after.returncode == 0, after.stderr[-3000:]
     assert (clone / "results/report.html").stat().st_size > 10_000
 
+    a_perturbed_committed_cell_is_reported_and_stays_in_git(clone)
 
-def test_a_perturbed_committed_cell_is_reported_and_stays_in_git(tmp_path, origin):
-    clone = fresh_clone(origin, tmp_path / "clone")
+
+def a_perturbed_committed_cell_is_reported_and_stays_in_git(clone: Path) -> None:
+    """A wrong cell committed into a built clone: `make run` rebuilds the table from the runs and lists the cell."""
     table = clone / "results/tables/tiny.json"
     cells = json.loads(table.read_text())
     key = "digits/dir0.5/fedavg"
@@ -118,6 +140,18 @@ def test_make_verify_rebuilds_from_the_seeds_in_a_scratch_project(tmp_path, orig
                                                             "are identical")
     assert {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()} == before
     assert not (project / ".verify/tiny").exists()  # removed once identical
+
+    # some runs retrained beside the committed ones: each compared with its committed files, then the tables
+    some = fedskew(project, "verify", "--suite", "tiny", "--method", "fedlc", "--seed", "1", "--cores", "2")
+    assert some.returncode == 0, some.stdout[-3000:] + some.stderr[-3000:]
+    lines = some.stdout.strip().splitlines()
+    assert lines[0].startswith("fedskew: retraining 2 of 8 runs of tiny from their seeds")
+    assert lines[-2] == ("fedskew: retrained 2 runs of tiny: each identical to its committed run (config.yaml and "
+                         "history.csv byte for byte, metrics.json but for its provenance).")
+    assert lines[-1].startswith("fedskew: rebuilt with those runs retrained tiny: all 4 tables are identical")
+    assert len([line for line in lines if line.startswith("  trained fedlc on digits/")]) == 2
+    assert {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()} == before
+    assert not (project / ".verify/tiny").exists()
 
     bad = fedskew(project, "verify", "--suite", "tinny")
     assert bad.returncode == 2 and "'tinny' is not a suite (did you mean 'tiny'?)" in bad.stderr

@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROUNDS = 30
-KILL_ROUNDS = 300  # long enough that the kill lands mid-run
+KILL_ROUNDS = 120  # long enough that the kill lands mid-run (seconds of training, 4x ROUNDS)
 
 
 @pytest.fixture(scope="module")

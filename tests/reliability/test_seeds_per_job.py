@@ -25,7 +25,9 @@ from fedskew.config import load_params
 from tests.conftest import REPO
 
 pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from tests.reliability.test_live_tracking import KILL_ROUNDS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +127,7 @@ def test_a_failed_run_does_not_stop_the_others_and_the_job_names_it(project, sto
 
 
 def test_a_job_stopped_in_its_second_run_is_resumed_by_its_retry_without_duplicate_runs(project, store) -> None:
-    runs = _runs(project, rounds=300)
+    runs = _runs(project, rounds=KILL_ROUNDS)
     job = _job(project, runs[0], [0, 1], store)
     checkpoint = project / runs[1].path(paths.CHECKPOINT_DIR) / "last.pt"
     deadline = time.monotonic() + 300
@@ -141,7 +143,7 @@ def test_a_job_stopped_in_its_second_run_is_resumed_by_its_retry_without_duplica
     first = _files(project, runs[0])
 
     _, err = _finish(_job(project, runs[0], [0, 1], store))  # the retry, as Snakemake would run it
-    assert f"run {runs[0].run_id}: resuming after round 300" in err
+    assert f"run {runs[0].run_id}: resuming after round {KILL_ROUNDS}" in err
     assert f"run {runs[1].run_id}: resuming after round" in err
     assert _files(project, runs[0]) == first  # restored from its last checkpoint, byte for byte
     for cfg in runs:

@@ -95,3 +95,42 @@ def test_progress_reports_runs_trained_now_and_not_those_already_there(tmp_path)
 
     assert sorted(lines[:2]) == sorted([line(runs[0], "60.00 %"), line(runs[1], "80.00 %")])
     assert lines[2].endswith("3 of 10 steps (30%) done") and len(lines) == 3
+
+
+def write_run(folder, history="round,acc\n1,0.5\n", provenance="machine A", acc=0.5):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("method: fedavg\n")
+    (folder / "history.csv").write_text(history)
+    record = {"final_acc": acc, "provenance": {"commit": provenance}, "integrity": {"metrics": provenance}}
+    (folder / "metrics.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_a_retrained_run_differs_only_where_its_results_differ_not_in_its_provenance(tmp_path):
+    committed = write_run(tmp_path / "committed")
+    assert rebuild.run_file_differences(committed, write_run(tmp_path / "same", provenance="machine B")) == []
+    moved = write_run(tmp_path / "acc", acc=0.51)
+    assert rebuild.run_file_differences(committed, moved) == ["metrics.json (final_acc)"]
+    assert rebuild.run_file_differences(committed, write_run(tmp_path / "hist", history="round,acc\n1,0.6\n")) == \
+        ["history.csv"]
+    missing = write_run(tmp_path / "missing")
+    (missing / "history.csv").unlink()
+    assert rebuild.run_file_differences(committed, missing) == ["history.csv (not written)"]
+
+
+def test_retraining_some_runs_names_a_method_or_seed_the_suite_lacks(tmp_path):
+    import pytest
+    import yaml
+
+    from fedskew.config import ConfigError, load_params
+    from tests.conftest import TINY_PARAMS
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY_PARAMS, sort_keys=False))
+    params = load_params(tmp_path / "params.yaml")
+    chosen = rebuild.select_runs(params, "tiny", ["fedlc"], [1])
+    assert [(c.method, c.partition, c.seed) for c in chosen] == [("fedlc", "dir0.5", 1), ("fedlc", "q2", 1)]
+    assert len(rebuild.select_runs(params, "tiny", None, [0])) == 4
+    with pytest.raises(ConfigError, match=r"--method 'fedcl' is not a method of suite 'tiny' \(did you mean 'fedlc'"):
+        rebuild.select_runs(params, "tiny", ["fedcl"], None)
+    with pytest.raises(ConfigError, match="--seed 7 is not a seed of suite 'tiny'; its seeds: 0, 1"):
+        rebuild.select_runs(params, "tiny", None, [7])
