@@ -34,9 +34,10 @@ cluster-test: env
 
 # The papers' tables beside ours and the claims ledger (results/papers/, results/claims.md): trains the
 # suites under reproduce.suites in params.yaml (about 13 hours on 2 cores, of which FL-FCR's MNIST rows about
-# 6.7 and its Adult rows with Adam and with SGD about 3.6; every other cell reads "not run").
+# 6.7 and its Adult rows with Adam and with SGD about 3.6; every other cell reads "not run"). Ctrl-C or SIGTERM
+# stops Snakemake and its jobs; `make reproduce` again resumes.
 reproduce: env
-	.venv/bin/snakemake --cores all results/claims.md
+	.venv/bin/python -m fedskew reproduce
 
 # One HTML page with the tables, figures and partition heatmaps (builds what is missing first).
 report: run

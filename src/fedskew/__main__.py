@@ -19,6 +19,12 @@ def main() -> int:
     except cpu_pin.CpuPinError as error:
         print(f"fedskew: error: {error}", file=sys.stderr)
         return 2
+    # Before any message or job: a password in MLFLOW_TRACKING_URI moves to MLflow's credential variables, so
+    # that neither fedskew, nor the jobs it starts, nor MLflow's own lines print it (fedskew.tracking.store).
+    from fedskew.tracking.store import move_credentials_out_of_uri
+
+    if warning := move_credentials_out_of_uri():
+        print(f"fedskew: {warning}", file=sys.stderr)
 
     from fedskew.cli import main as cli_main  # after the pin, on purpose
 

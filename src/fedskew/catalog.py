@@ -2,17 +2,19 @@
 
 Validating params.yaml (every command's first step, `python -m fedskew validate` and the
 Snakefile) and the listings need a few facts about the things params.yaml names: each
-dataset source's input shape and classes, what each model needs of its inputs and where
-it can be cut, each algorithm's hyperparameters with their defaults. The registries that
-build those things (fedskew.data.registry, fedskew.models, fedskew.algorithms) import
-torch, which takes seconds; these tables give the same answers in no time.
+dataset source's input shape and classes, what each model needs of its inputs, where
+it can be cut and how wide its features are, each algorithm's hyperparameters with their
+defaults and which of them another one turns off. The registries that build those things
+(fedskew.data.registry, fedskew.models, fedskew.algorithms) import torch, which takes
+seconds; these tables give the same answers in no time.
 
 The registries stay the truth. tests/unit/test_catalog.py compares every entry here with
-them (it builds every model on the meta device) and, when one disagrees, prints the entry
-to write here: the same arrangement as the names in workflow/schemas/params.schema.yaml.
-Adding a source, model or algorithm, or changing a default, is therefore done there and
-here. (Params.method_spec fills each run's hyperparameters from HYPERPARAMETERS, so a
-default changed only in the algorithm's class would not reach the runs: the test says so.)
+them (it builds every model on the meta device; the feature widths are compared in
+tests/unit/test_config.py) and, when one disagrees, prints the entry to write here: the
+same arrangement as the names in workflow/schemas/params.schema.yaml. Adding a source,
+model or algorithm, or changing a default, is therefore done there and here.
+(Params.method_spec fills each run's hyperparameters from HYPERPARAMETERS, so a default
+changed only in the algorithm's class would not reach the runs: the test says so.)
 """
 
 from __future__ import annotations
@@ -216,6 +218,25 @@ MODEL_SUMMARIES: dict[str, str] = {
 }
 
 
+# The width of each model's features, the input of its linear head (model.head.in_features), which does not
+# depend on the dataset except where None: the flattened input, prod(input_shape). FL-FCR resamples features
+# of this width; validation bounds their number (fedskew.config).
+FEATURE_DIMS: dict[str, int | None] = {
+    "logreg": None, "mlp": 200, "cnn": 128, "alexnet": 4096, "fedlc_cnn_mnist": 50, "fedlc_cnn_cifar": 2048,
+    "resnet18": 512, "resnet32": 64, "mobilenetv2": 1280, "fed_dnn": 200, "flfcr_mlp": 64, "flfcr_cnn": 128,
+}
+
+
+def feature_dim(name: str, info: DatasetInfo) -> int:
+    """The width of model `name`'s features on a dataset like `info` (FEATURE_DIMS)."""
+    width = FEATURE_DIMS[name]
+    if width is None:
+        width = 1
+        for side in info.input_shape:
+            width *= side
+    return width
+
+
 def incompatibility(name: str, info: DatasetInfo) -> str | None:
     """fedskew.models.incompatibility without torch: why model `name` cannot run on a dataset like `info`."""
     if name not in MODEL_NEEDS:
@@ -269,6 +290,21 @@ SGD_ONLY_ALGORITHMS: dict[str, str] = {
     "scaffold": "corrects each step by control variates scaled by SGD's step count and learning rate",
     "fedlc_scaffold": "corrects each step by control variates scaled by SGD's step count and learning rate",
     "fednova": "normalises each update by the number of SGD steps (and their momentum)",
+}
+# Options that act only through another one, a weight or a count that 0 turns off: algorithm -> (the switch,
+# what 0 means, the options 0 leaves without effect). With the switch at 0, such an option set to anything but
+# its default would change the run's id and nothing it computes, so validation refuses it (fedskew.config).
+_LOGIT_SUPPRESSION = ("logit_weight", "no logit suppression, L_logit", ("logit_form",))
+SWITCHED_OPTIONS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    # features_from: aggregated would still make the second exchange, whose statistics nothing would use
+    "flfcr": (("retrain_epochs", "no head retraining", ("samples_per_class", "retrain_lr", "features_from")),
+              ("H", "no margins, the only use of N_c", ("global_counts",))),
+    "fedntd": (("beta", "no distillation", ("tau",)),),
+    "moon": (("mu", "no contrastive term", ("temperature",)),),  # proj_dim still shapes the model
+    "feded": (_LOGIT_SUPPRESSION,),
+    "feded_logit": (_LOGIT_SUPPRESSION,),
+    "feded_fedexp": (_LOGIT_SUPPRESSION,),
+    "feded_fedsam": (_LOGIT_SUPPRESSION,),
 }
 # The algorithms of the split family (fedskew.sfl): a cut model, no local model of the whole network.
 SPLIT_ALGORITHMS = frozenset({"scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1",

@@ -8,13 +8,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
 
 from fedskew import job, paths
 from fedskew.config import ConfigError, Params, load_params
-from fedskew.job import RunsFailedError, Terminated, TrackingError
+from fedskew.job import RunsFailedError, RunWriteError, Terminated, TrackingError
 from fedskew.packed.commands import add_parser as add_packed_parser
 from fedskew.packed.commands import cmd_packed
 from fedskew.runfiles import RunFileError
@@ -113,6 +114,13 @@ def cmd_run(params: Params, args: argparse.Namespace) -> int:
     code, text = rebuild.run_in_place(params, _suites_of(params, args.suite), cores=args.cores)
     print(text, flush=True)
     return code
+
+
+def cmd_reproduce(params: Params, args: argparse.Namespace) -> int:
+    """Train reproduce.suites and build the papers' tables and the claims ledger (`make reproduce`)."""
+    from fedskew import rebuild
+
+    return rebuild.reproduce(params, cores=args.cores)
 
 
 def cmd_verify(params: Params, args: argparse.Namespace) -> int:
@@ -266,6 +274,13 @@ def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
         print("\n".join(_wrapped(["used by " + uses[0], *uses[1:]] if uses else ["used by no suite"], width)))
 
 
+def _cores(value: str) -> str:
+    """Snakemake's --cores as fedskew passes it on: `all` or a positive integer (0 would make it wait forever)."""
+    if value == "all" or (value.isdigit() and int(value) > 0):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not a number of cores: give a positive integer, or all")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedskew", description=__doc__)
     parser.add_argument("--params", default="params.yaml", help="the experiment configuration (default: params.yaml)")
@@ -308,12 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "rebuild their tables, and say whether each is identical to the committed one "
                                    "(make run)")
     p.add_argument("--suite", nargs="+", help="the suites to build (default: run.suites of params.yaml)")
-    p.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
+    p.add_argument("--cores", default="all", type=_cores, help="Snakemake's --cores (default: all)")
+    p = sub.add_parser("reproduce", help="train reproduce.suites and build the papers' tables beside ours and the "
+                                         "claims ledger, results/claims.md (make reproduce)")
+    p.add_argument("--cores", default="all", type=_cores, help="Snakemake's --cores (default: all)")
     p = sub.add_parser("verify", help="rebuild suites from their seeds in a scratch project (.verify/<suite>/) and "
                                       "say whether their tables are identical to the committed ones; never writes "
                                       "into results/ (make verify SUITE=...)")
     p.add_argument("--suite", nargs="+", required=True)
-    p.add_argument("--cores", default="all", help="Snakemake's --cores (default: all)")
+    p.add_argument("--cores", default="all", type=_cores, help="Snakemake's --cores (default: all)")
     p.add_argument("--keep", action="store_true", help="keep the scratch project even when the tables are identical")
     p.add_argument("--method", nargs="+", help="retrain only these methods' runs, beside the suite's committed runs, "
                                                "and compare each with its committed files")
@@ -331,7 +349,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
             "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
-            "run": cmd_run, "verify": cmd_verify, "ui": cmd_ui}
+            "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the
@@ -352,7 +370,7 @@ def _reported(error: Exception) -> int | None:
     """
     if isinstance(error, (ConfigError, FileNotFoundError, RunFileError, TrackingError)):
         return 2
-    if isinstance(error, RunsFailedError):
+    if isinstance(error, (RunsFailedError, RunWriteError)):
         return 1
     for module, names, code in _REPORTED_ERRORS:
         loaded = sys.modules.get(module)
@@ -363,6 +381,9 @@ def _reported(error: Exception) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (a scheduler's stop, `kill`) stops a command as Ctrl-C does: through its `finally`s, and for the
+    # commands that start Snakemake after Snakemake and its jobs have stopped (fedskew.rebuild.run_snakemake).
+    signal.signal(signal.SIGTERM, job.raise_terminated)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,11 +1,15 @@
 """params.yaml: load, validate, and resolve into one configuration per run.
 
-Validation happens once, early, and the same way for the workflow and the CLI: the
-JSON schema in workflow/schemas/ first (types, ranges, known names, known
-hyperparameters, no item listed twice), then the checks that relate keys to each other,
-among them whether each partition can split each dataset a suite uses it on, wherever the
-dataset's size is known in advance (fedskew.data.sizes). Every problem is reported with
-the key, the bad value and what is allowed, all at once.
+Validation happens once, early, and the same way for the workflow and the CLI: every
+float of the file must be finite (YAML's .nan and .inf are floats, which JSON Schema's range
+checks let through), then the JSON schema in workflow/schemas/ (types, ranges with a maximum
+for every integer, known names, known hyperparameters, no item listed twice), then the
+checks that relate keys to each other: among them whether each partition can split each
+dataset a suite uses it on, wherever the dataset's size is known in advance
+(fedskew.data.sizes), whether the arrays a setting makes fedskew allocate fit
+(MAX_ARRAY_NUMBERS), and whether an option is left without effect by another
+(fedskew.catalog.SWITCHED_OPTIONS). Every problem is reported with the key, the bad value
+and what is allowed, all at once.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import copy
 import difflib
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -29,7 +34,9 @@ from fedskew.catalog import (
     SGD_ONLY_ALGORITHMS,
     SPLIT_ALGORITHMS,
     SPLIT_POINTS,
+    SWITCHED_OPTIONS,
     dataset_info,
+    feature_dim,
     incompatibility,
 )
 from fedskew.numerics import cpu_pin
@@ -60,6 +67,11 @@ LATER_OPTIONS = {"missing_classes": "mask", "logit_form": "paper", "features_fro
 # The same for training settings: `execution` (vectorised clients), `precision` and `optimizer` came after
 # the published runs.
 LATER_TRAINING_OPTIONS = {"execution": "sequential", "precision": "fp32", "optimizer": "sgd"}
+# The most numbers one array that settings size may hold, 16 GiB as float64: FL-FCR's resampled features,
+# Synthetic's generated data. Far above what the papers' protocols need (FL-FCR's balanced resampling of
+# TinyImageNet through MobileNetV2's 1280 features is 1.3e8 numbers); past it a run needs tens of GiB in one
+# step (FL-FCR also keeps a float32 copy for the retraining, Synthetic its float64 parts before joining them).
+MAX_ARRAY_NUMBERS = 2 ** 31
 
 
 class ConfigError(ValueError):
@@ -124,6 +136,22 @@ def _twice(items: list) -> str:
         else:
             first[key] = i
     return "; ".join(repeats)
+
+
+def _non_finite(node: Any, path: tuple = ()) -> list[tuple[str, float]]:
+    """(key path, value) of every float in a parsed document that is NaN or ±inf."""
+    if isinstance(node, float):
+        return [] if math.isfinite(node) else [(_where(path), node)]
+    if isinstance(node, dict):
+        return [found for key, value in node.items() for found in _non_finite(value, (*path, key))]
+    if isinstance(node, list):
+        return [found for i, value in enumerate(node) for found in _non_finite(value, (*path, i))]
+    return []
+
+
+def _yaml_spelling(value: float) -> str:
+    """NaN and ±inf as params.yaml writes them."""
+    return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
 
 
 # libyaml's parser where PyYAML has it: every training job reads params.yaml, and the pure-Python
@@ -238,7 +266,11 @@ class RunConfig:
         count actually used is recorded with the run in MLflow), and
         `training.on_divergence`, which only decides how a diverged run is reported.
         Added: the version of the portable CPU kernels' recipe for the run's model
-        (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained.
+        (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained;
+        and `FEDSKEW_CPU_KERNELS=native` where it turns the pin off (x86-64: cpu_pin.kernels_in_run_id), since
+        the CPU's own kernels give other numbers, so that a native run never takes a portable run's place. Ids
+        under the portable kernels (the default) are those they always were. A FEDSKEW_CPU_KERNELS that
+        fedskew does not know is a ConfigError.
         """
         content = {k: v for k, v in self.to_dict().items() if k != "suite"}
         content["training"] = {k: v for k, v in self.training.items()
@@ -248,6 +280,12 @@ class RunConfig:
         recipe = cpu_pin.kernel_recipe(self.training["model"])
         if recipe != 1:  # runs published before recipes had versions were computed under recipe 1
             content["cpu_kernel_recipe"] = recipe
+        try:
+            kernels = cpu_pin.kernels_in_run_id()
+        except cpu_pin.CpuPinError as error:
+            raise ConfigError(str(error)) from None
+        if kernels is not None:
+            content["cpu_kernels"] = kernels
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -403,7 +441,8 @@ def _cross_checks(raw: dict) -> list[str]:
                     first_setting[dataset, partition] = j
                     used.setdefault((dataset, partition), []).append(where)
             section = copy.deepcopy(training)
-            resolved = {**TRAINING_DEFAULTS, **section, **section.get("overrides", {}).get(dataset, {})}
+            written = {**section, **section.get("overrides", {}).get(dataset, {})}
+            resolved = {**TRAINING_DEFAULTS, **written}
             model = resolved["model"]
             problem = incompatibility(model, info)
             if problem:
@@ -425,6 +464,14 @@ def _cross_checks(raw: dict) -> list[str]:
                     if algorithm in SGD_ONLY_ALGORITHMS:
                         problems.append(f"training.{name}: optimizer adam, but method {method!r} "
                                         f"{SGD_ONLY_ALGORITHMS[algorithm]}; train it with optimizer sgd")
+            for key, what in (("eval_every", "evaluated"), ("checkpoint_every", "checkpointed")):
+                # a value written: `rounds: 5` alone keeps checkpoint_every's default 10, and is not refused for it
+                if key in written and written[key] > resolved["rounds"]:
+                    problems.append(f"training.{name}: {key} {resolved[key]} on dataset {dataset!r} is above rounds "
+                                    f"{resolved['rounds']}: only the last round is {what} either way, as {key}: "
+                                    f"{resolved['rounds']} says; use at most {resolved['rounds']}")
+            if not problem:
+                problems += _resampling_problems(raw, name, suite["methods"], dataset, spec, model)
             if resolved.get("precision") == "tf32" and resolved["device"] == "cpu":
                 problems.append(f"training.{name}: precision 'tf32' needs an NVIDIA GPU, but device is 'cpu'; use "
                                 "fp32 or bf16 on a CPU, or device cuda/auto")
@@ -435,7 +482,56 @@ def _cross_checks(raw: dict) -> list[str]:
                     problems.append(f"training.{name}.local_diagnostics: suite {name!r} runs split method(s) "
                                     f"{', '.join(split)}, which have no local model of the whole network to "
                                     "diagnose; use a suite of federated methods")
-    return problems + _size_problems(raw, used)
+    return problems + _switched_off_problems(raw) + _size_problems(raw, used)
+
+
+def _switched_off_problems(raw: dict) -> list[str]:
+    """Method options another option leaves without effect (fedskew.catalog.SWITCHED_OPTIONS), set to a value
+    other than their default: the same computation as the default, under another run id."""
+    problems = []
+    for name, spec in raw["methods"].items():
+        algorithm = spec["algorithm"]
+        options = {**HYPERPARAMETERS[algorithm], **spec}
+        if algorithm == "flfcr" and options["samples_per_class"] == 0 and options["retrain_epochs"] > 0:
+            problems.append(f"methods.{name}.samples_per_class: 0 draws no features, so retrain_epochs "
+                            f"{options['retrain_epochs']} retrains nothing; to turn retraining off, write "
+                            "retrain_epochs: 0 and leave samples_per_class out")
+        for switch, meaning, dependents in SWITCHED_OPTIONS.get(algorithm, ()):
+            if options[switch] != 0:
+                continue
+            for option in dependents:
+                if option in spec and spec[option] != HYPERPARAMETERS[algorithm][option]:
+                    problems.append(f"methods.{name}.{option}: {_short(spec[option])} has no effect while {switch} "
+                                    f"is 0 ({meaning}); leave {option} out, or make {switch} nonzero")
+    return problems
+
+
+def _resampling_problems(raw: dict, suite: str, methods: list[str], dataset: str, spec: dict, model: str
+                         ) -> list[str]:
+    """FL-FCR's virtual features, drawn each round as float64 (fedskew.fl.flfcr: `_calibrate`), must fit in
+    MAX_ARRAY_NUMBERS: samples_per_class × classes features of the model's feature width. `balanced` and
+    `class_sized` draw at most the round's pooled samples, bounded by the training set where its size is known."""
+    from fedskew.data import sizes
+
+    info = dataset_info(spec)
+    width = feature_dim(model, info)
+    problems = []
+    for method in methods:
+        method_spec = raw["methods"].get(method, {"algorithm": method})
+        if method_spec["algorithm"] != "flfcr":
+            continue
+        per_class = method_spec.get("samples_per_class", HYPERPARAMETERS["flfcr"]["samples_per_class"])
+        fixed = isinstance(per_class, int)
+        drawn = per_class * info.num_classes if fixed else sizes.train_size(spec)
+        if drawn is None or drawn * width <= MAX_ARRAY_NUMBERS:
+            continue
+        count = (f"{per_class} × {info.num_classes} classes" if fixed
+                 else f"{per_class!r}, up to the {drawn:,} training samples,")
+        problems.append(f"methods.{method}.samples_per_class: {count} × {width} features of model {model!r} on "
+                        f"dataset {dataset!r} (suite {suite!r}) is {drawn * width:,} numbers to resample a round, "
+                        f"above the bound of {MAX_ARRAY_NUMBERS:,} for one array; use a number of at most "
+                        f"{MAX_ARRAY_NUMBERS // (width * info.num_classes):,} per class")
+    return problems
 
 
 def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[str]:
@@ -450,6 +546,14 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
 
     problems, unsplittable = [], set()
     for name, spec in raw["datasets"].items():
+        if spec["source"] == "synthetic":  # generated as one array, here too (sizes.label_counts)
+            spec = {**DATASET_DEFAULTS["synthetic"], **spec}
+            samples = sizes.train_size(spec)
+            if samples * spec["dim"] > MAX_ARRAY_NUMBERS:
+                problems.append(f"datasets.{name}: {spec['clients']} clients generate {samples:,} training samples "
+                                f"of dim {spec['dim']}, {samples * spec['dim']:,} numbers, above the bound of "
+                                f"{MAX_ARRAY_NUMBERS:,} for one array; use fewer clients or a smaller dim")
+                unsplittable.add(name)
         if spec["source"] == "digits":
             fraction = spec.get("test_fraction", DATASET_DEFAULTS["digits"]["test_fraction"])
             n_train, n_test = sizes.digits_split_sizes(fraction)
@@ -485,7 +589,12 @@ def load_params(source: Path | str | dict = "params.yaml") -> Params:
             raise ConfigError(f"{path}: no such file; run from the project root or pass --params")
         raw = read_params_file(path)
         label = str(path)
-    problems = _schema_errors(raw)
+    non_finite = _non_finite(raw)
+    problems = [f"{where}: {_yaml_spelling(value)} is not a finite number; write a finite number"
+                for where, value in non_finite]
+    # A NaN or ±inf may break a schema range too: it is reported once, as not finite.
+    reported = tuple(f"{where}: " for where, _ in non_finite)
+    problems += [line for line in _schema_errors(raw) if not line.startswith(reported)]
     if not problems:
         problems = _cross_checks(raw)
     if problems:

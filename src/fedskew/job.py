@@ -30,11 +30,24 @@ class TrackingError(RuntimeError):
     """Runs could not be logged to MLflow (their run files are intact)."""
 
 
+class RunWriteError(RuntimeError):
+    """A run's checkpoint or run files could not be written (a full disk, a read-only folder); what was written
+    is whole, and the run's MLflow record ended FAILED."""
+
+
+def _write_failure(cfg: RunConfig, error: OSError) -> RunWriteError:
+    what = f"{error.filename}: {error.strerror or error}" if error.filename else str(error)
+    return RunWriteError(f"{cfg.path(paths.RUN_DIR)}: could not write {what}. Nothing half-written is left: free "
+                         "disk space or make that folder writable, then run the job again (it resumes from the last "
+                         f"checkpoint written in {cfg.path(paths.CHECKPOINT_DIR)})")
+
+
 class Terminated(BaseException):
     """SIGTERM arrived (a scheduler's preemption, `kill`): stop like Ctrl-C and record the run as KILLED."""
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
+def raise_terminated(signum: int, frame: object) -> None:
+    """A SIGTERM handler: stop like Ctrl-C does, through every `finally` (fedskew.cli installs it for every command)."""
     raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
 
 
@@ -169,6 +182,7 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     `worker` (`start_tracking_worker()`; None: no tracking). SIGTERM stops it as Ctrl-C does."""
     live = _start_tracking(cfg, worker)
     try:
+        from fedskew.engine.checkpoint import CheckpointWriteError
         from fedskew.engine.simulation import NonFiniteError, resolve_device, run_training, summarise_divergence
         from fedskew.provenance import run_provenance
     except BaseException as error:  # a broken install or a Ctrl-C during torch's import: the run ends, not RUNNING
@@ -182,7 +196,7 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
         return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),
                               cfg.training["model"])
 
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         result = run_training(cfg, threads=threads, on_round=_tracking_hook(live, cfg))
     except NonFiniteError as error:
@@ -191,7 +205,7 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
         computed = provenance()
         if cfg.training["on_divergence"] == "record":
             # A divergence is a result of this method in this setting: the tables show it.
-            files = write_run_files(cfg, history, {**summarise_divergence(error), "provenance": computed})
+            files = _write_run_files(live, cfg, history, {**summarise_divergence(error), "provenance": computed})
         _end_tracking(live, cfg, "FAILED", files, {"fedskew.error": str(error), **_provenance_tags(computed)})
         if cfg.training["on_divergence"] == "record":
             log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
@@ -200,13 +214,17 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     except (Terminated, KeyboardInterrupt) as stop:  # the checkpoint stays; a retry continues the same run
         _end_tracking(live, cfg, "KILLED", [], {"fedskew.error": str(stop) or "interrupted"})
         raise
+    except CheckpointWriteError as error:  # the previous checkpoint stays whole
+        failure = _write_failure(cfg, error)
+        _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": str(failure)})
+        raise failure from error
     except Exception as error:
         _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": f"{type(error).__name__}: {error}"})
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     computed = provenance()
-    files = write_run_files(cfg, result.history, {**result.final, "provenance": computed})
+    files = _write_run_files(live, cfg, result.history, {**result.final, "provenance": computed})
     _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
                                                  "fedskew.threads": str(threads or cfg.training["threads"]),
                                                  "fedskew.execution": result.execution,
@@ -214,6 +232,17 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
     # what benchmarks/fixed_cost.py reads: the job's wall time minus this is its fixed cost
     log.info("timing: %d rounds in %.3f s", len(result.history) - result.resumed_from, result.loop_seconds)
+
+
+def _write_run_files(live, cfg: RunConfig, history: list[dict], final: dict) -> list[Path]:
+    """The run's files written (fedskew.runfiles), or its MLflow run ended FAILED and a RunWriteError saying
+    what to do."""
+    try:
+        return write_run_files(cfg, history, final)
+    except OSError as error:
+        failure = _write_failure(cfg, error)
+        _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": str(failure)})
+        raise failure from error
 
 
 def track_suite(params: Params, suite: str) -> dict[str, int]:

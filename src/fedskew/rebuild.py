@@ -30,12 +30,15 @@ finished run (its final accuracy) and per progress step, and keeps Snakemake's f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,14 +244,88 @@ def _mtime(path: str) -> int | None:
         return None
 
 
+# How long Snakemake may take to stop its jobs after a stop was forwarded, before its process group is killed.
+STOP_GRACE_S = 120.0
+
+
+class _StopForwarding:
+    """While Snakemake runs as a child in its own process group, SIGINT and SIGTERM to this process stop it.
+
+    Either signal is forwarded to the child's process group as SIGINT: Snakemake's Ctrl-C, on which it
+    cancels its running jobs (local ones, which are in its group and stop on SIGINT too, keeping their
+    checkpoints; cluster jobs, which it cancels through their executor), marks their outputs incomplete
+    and releases its lock. (Snakemake takes SIGTERM as "finish the running jobs first", which can take
+    hours.) A second signal, or STOP_GRACE_S without an exit, kills the group. Once the child has ended,
+    the caller re-raises the signal in this process (`reraise`), so that it stops as it would have.
+
+    The handlers are installed before the child starts: a signal this process inherited as ignored (a
+    background job of a script ignores SIGINT) would otherwise stay ignored in Snakemake and its jobs, while
+    a signal with a handler here starts with its default action there.
+    """
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen | None = None
+        self.signal: int | None = None
+        self._killer: threading.Timer | None = None
+
+    def __enter__(self) -> _StopForwarding:
+        self._previous = {sig: signal.signal(sig, self._forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def attach(self, child: subprocess.Popen) -> None:
+        self.child = child
+        if self.signal is not None:  # it came while the child was starting
+            self._stop()
+
+    def _forward(self, signum: int, frame: object) -> None:
+        if self.signal is None:
+            self.signal = signum
+            if self.child is not None:
+                self._stop()
+        else:
+            self._send(signal.SIGKILL)
+
+    def _stop(self) -> None:
+        self._send(signal.SIGINT)
+        self._killer = threading.Timer(STOP_GRACE_S, self._send, (signal.SIGKILL,))
+        self._killer.daemon = True
+        self._killer.start()
+
+    def _send(self, signum: int) -> None:
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signum)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._killer is not None:
+            self._killer.cancel()
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def reraise(self) -> None:
+        """Raise the signal that stopped the build in this process, as its handler here takes it (an exception
+        under fedskew's CLI); where that signal is ignored, a KeyboardInterrupt, since the build did stop."""
+        if self.signal is None:
+            return
+        if self._previous[self.signal] == signal.SIG_IGN:
+            raise KeyboardInterrupt
+        signal.raise_signal(self.signal)
+
+
 def run_snakemake(args: list[str], *, cwd: Path, runs: list, log_path: Path, env: dict | None = None) -> int:
     """`snakemake <args>` in `cwd` with job blocks quieted; returns its exit code. Snakemake's full
-    output goes to `log_path` (and, when it fails, its last lines to stderr)."""
-    command = [sys.executable, "-m", "snakemake", "--quiet", "rules", "host", "reason", *args]
+    output goes to `log_path` (and, when it fails, its last lines to stderr).
+
+    `--rerun-incomplete`: a run whose job was stopped (a forwarded stop, a kill, a pre-empted node) is
+    trained again by the next build, resuming from its checkpoint, instead of stopping that build.
+    SIGINT or SIGTERM stops Snakemake and its jobs first (`_StopForwarding`), then this process."""
+    command = [sys.executable, "-m", "snakemake", "--quiet", "rules", "host", "reason", "--rerun-incomplete", *args]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     progress = Progress(runs, cwd)
-    with open(log_path, "a") as log, subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, bufsize=1) as child:
+    with open(log_path, "a") as log, _StopForwarding() as stop, \
+            subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             bufsize=1, start_new_session=True) as child:
+        stop.attach(child)
         log.write(f"$ {' '.join(command)}   (in {cwd})\n")
         tail: list[str] = []
         for line in child.stdout:
@@ -257,6 +334,11 @@ def run_snakemake(args: list[str], *, cwd: Path, runs: list, log_path: Path, env
             progress.feed(line)
         code = child.wait()
     progress.report_finished_runs()
+    if stop.signal is not None:
+        print(f"fedskew: stopped by {signal.Signals(stop.signal).name}: Snakemake and its jobs have ended (exit "
+              f"{code}); its output is in {log_path}. A stopped training job keeps its checkpoint: building again "
+              "resumes it", file=sys.stderr, flush=True)
+        stop.reraise()
     if code != 0:
         print("\n".join(tail), file=sys.stderr)
         print(f"fedskew: snakemake failed (exit {code}); its whole output is in {log_path}", file=sys.stderr)
@@ -289,6 +371,21 @@ def run_in_place(params: Params, suites: list[str], root: Path = Path("."), core
         return code, f"fedskew: the build failed; nothing was compared (see {log_path})"
     checks = [compare(s, root, *references[s]) for s in suites]
     return (1 if any(c.differs for c in checks) else 0), report(checks, "rebuilt")
+
+
+def reproduce(params: Params, root: Path = Path("."), cores: str = "all") -> int:
+    """`make reproduce`: `snakemake results/claims.md` (the suites of reproduce.suites trained, those of
+    reproduce.imported imported, the papers' tables and the ledger written), stopped with its jobs on SIGINT or
+    SIGTERM. Returns Snakemake's exit code."""
+    runs = params.runs(params.reproduce_suites) if params.reproduce_suites else []
+    log_path = root / LOG_DIR / "reproduce.log"
+    print(f"fedskew: reproducing the papers' tables ({len(runs)} runs to train or reuse; Snakemake's output: "
+          f"{log_path})", flush=True)
+    code = run_snakemake(["--cores", cores, paths.CLAIMS.format(ext="md")], cwd=root, runs=runs, log_path=log_path,
+                         env=_snakemake_env())
+    if code == 0:
+        print(f"fedskew: wrote {paths.CLAIMS.format(ext='md')} and the papers' tables in results/papers/", flush=True)
+    return code
 
 
 def _scratch_project(suite: str, root: Path) -> tuple[Path, Path]:

@@ -10,6 +10,7 @@ from the run's last checkpoint, so rebuilding a finished run costs no training).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -61,17 +62,29 @@ def history_csv(history: list[dict]) -> str:
 
 
 def write_run_files(cfg: RunConfig, history: list[dict], final: dict, root: Path = Path(".")) -> list[Path]:
-    """config.yaml, history.csv and metrics.json of a run; metrics.json last (it marks completion)."""
+    """config.yaml, history.csv and metrics.json of a run; metrics.json last (it marks completion).
+
+    Each file is whole or absent; when a write fails (OSError), the files this call wrote are removed again."""
     config_path, history_path, metrics_path = (root / cfg.path(p) for p in
                                                (paths.RUN_CONFIG, paths.RUN_HISTORY, paths.RUN_METRICS))
     config_text, history_text = run_config_yaml(cfg), history_csv(history)
     record = {"run_id": cfg.run_id, **cfg.keys, **final}
     record[INTEGRITY_KEY] = {"config.yaml": _sha256_text(config_text), "history.csv": _sha256_text(history_text),
                              "metrics": _sha256_text(_canonical(record))}
-    atomic_write_text(config_path, config_text)
-    atomic_write_text(history_path, history_text)
-    atomic_write_text(metrics_path, json.dumps(record, indent=2) + "\n")
-    return [config_path, history_path, metrics_path]
+    written: list[Path] = []
+    try:
+        for path, text in ((config_path, config_text), (history_path, history_text),
+                           (metrics_path, json.dumps(record, indent=2) + "\n")):
+            atomic_write_text(path, text)
+            written.append(path)
+    except OSError:
+        # A full disk or a read-only folder part way: take back what this call wrote, so the run folder
+        # never holds a config.yaml or history.csv that no metrics.json vouches for.
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    return written
 
 
 def rebuild_hint(cfg: RunConfig) -> str:

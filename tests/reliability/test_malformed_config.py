@@ -55,6 +55,16 @@ def _use_partition(name: str, spec: dict, dataset: str = "digits") -> Callable[[
     return change
 
 
+def _use_method(name: str, spec: dict) -> Callable[[dict], None]:
+    """Define method `name` and add it to the tiny suite's methods."""
+
+    def change(params: dict) -> None:
+        params["methods"][name] = spec
+        params["suites"]["tiny"]["methods"].append(name)
+
+    return change
+
+
 def _both(*changes) -> Callable[[dict], None]:
     def change(params: dict) -> None:
         for each in changes:
@@ -64,6 +74,7 @@ def _both(*changes) -> Callable[[dict], None]:
 
 
 T = ("training", "tiny")
+NAN, INF = float("nan"), float("inf")
 DIR = ("partitions", "dir0.5")
 SUITE = ("suites", "tiny")
 
@@ -201,6 +212,93 @@ MUTATIONS: list[tuple[str, Callable[[dict], None], str]] = [
     ("Dirichlet min_size over Synthetic's size", _use_partition(
         "dir", {"scheme": "dirichlet", "beta": 0.5, "clients": 100, "min_size": 1000}, "synth"),
      "partitions.dir cannot split datasets.synth"),
+    # NaN and ±inf (YAML's .nan, .inf: floats that range checks let through), wherever they are written
+    ("lr NaN", _set(*T, "lr", NAN), "training.tiny.lr: .nan is not a finite number"),
+    ("lr inf", _set(*T, "lr", INF), "training.tiny.lr: .inf is not a finite number"),
+    ("lr -inf", _set(*T, "lr", -INF), "training.tiny.lr: -.inf is not a finite number"),
+    ("lr NaN in an override", _set(*T, "overrides", {"digits": {"lr": NAN}}),
+     "training.tiny.overrides.digits.lr: .nan is not a finite number"),
+    ("momentum NaN", _set(*T, "momentum", NAN), "training.tiny.momentum: .nan is not a finite number"),
+    ("participation inf", _set(*T, "participation", INF), "training.tiny.participation: .inf is not a finite"),
+    ("FL-FCR retrain_lr NaN", _set("methods", "flfcr", {"algorithm": "flfcr", "retrain_lr": NAN}),
+     "methods.flfcr.retrain_lr: .nan is not a finite number"),
+    ("FL-FCR retrain_lr inf", _set("methods", "flfcr", {"algorithm": "flfcr", "retrain_lr": INF}),
+     "methods.flfcr.retrain_lr: .inf is not a finite number"),
+    ("FL-FCR H NaN", _set("methods", "flfcr", {"algorithm": "flfcr", "H": NAN}),
+     "methods.flfcr.H: .nan is not a finite number"),
+    ("FL-FCR H inf", _set("methods", "flfcr", {"algorithm": "flfcr", "H": INF}),
+     "methods.flfcr.H: .inf is not a finite number"),
+    ("FedProx mu NaN", _set("methods", "fedprox", "mu", NAN), "methods.fedprox.mu: .nan is not a finite number"),
+    ("Dirichlet beta NaN", _set(*DIR, "beta", NAN), "partitions.dir0.5.beta: .nan is not a finite number"),
+    ("Synthetic lam inf", _set("datasets", "synth", "lam", INF), "datasets.synth.lam: .inf is not a finite number"),
+    ("test_fraction NaN", _set("datasets", "digits", "test_fraction", NAN),
+     "datasets.digits.test_fraction: .nan is not a finite number"),
+    ("a seed inf", _set(*SUITE, "seeds", [0, INF]), "suites.tiny.seeds[1]: .inf is not a finite number"),
+    ("NaN under an unknown key", _set(*T, "learning_rate", NAN), "training.tiny.learning_rate: .nan is not a finite"),
+    # sizes past their bounds (workflow/schemas/params.schema.yaml: every integer has a maximum)
+    ("a million rounds", _set(*T, "rounds", 10 ** 6),
+     "training.tiny.rounds: 1000000 is out of range; must be <= 100000"),
+    ("a batch of a billion", _set(*T, "batch_size", 10 ** 9),
+     "training.tiny.batch_size: 1000000000 is out of range; must be <= 131072"),
+    ("ten thousand local epochs", _set(*T, "local_epochs", 10 ** 4),
+     "training.tiny.local_epochs: 10000 is out of range; must be <= 1000"),
+    ("eval_every of a million", _set(*T, "eval_every", 10 ** 6), "training.tiny.eval_every: 1000000 is out of range"),
+    ("checkpoint_every of a million", _set(*T, "checkpoint_every", 10 ** 6),
+     "training.tiny.checkpoint_every: 1000000 is out of range"),
+    ("a hundred thousand threads", _set(*T, "threads", 10 ** 5),
+     "training.tiny.threads: 100000 is out of range; must be <= 1024"),
+    ("a million clients", _set(*DIR, "clients", 10 ** 6),
+     "partitions.dir0.5.clients: 1000000 is out of range; must be <= 131072"),
+    ("max_redraws of a billion", _set(*DIR, "max_redraws", 10 ** 9), "partitions.dir0.5.max_redraws: 1000000000"),
+    ("a 64-bit seed", _set(*SUITE, "seeds", [2 ** 40]), "suites.tiny.seeds[0]: 1099511627776 is out of range"),
+    ("a 64-bit dataset seed", _set("datasets", "digits", "seed", 2 ** 40), "datasets.digits.seed: 1099511627776"),
+    ("Synthetic of a million features", _set("datasets", "synth", "dim", 10 ** 6),
+     "datasets.synth.dim: 1000000 is out of range; must be <= 10000"),
+    ("MOON projection of a billion", _set("methods", "moon", {"algorithm": "moon", "proj_dim": 10 ** 9}),
+     "methods.moon.proj_dim: 1000000000 is out of range; must be <= 65536"),
+    ("SCALA server batch of a billion", _set("methods", "scala", {"algorithm": "scala", "server_batch": 10 ** 9}),
+     "methods.scala.server_batch: 1000000000 is out of range"),
+    ("FL-FCR H of a million", _set("methods", "flfcr", {"algorithm": "flfcr", "H": 1e6}),
+     "methods.flfcr.H: 1000000.0 is out of range; must be <= 1000"),
+    ("FL-FCR samples_per_class of a billion",
+     _set("methods", "flfcr", {"algorithm": "flfcr", "samples_per_class": 10 ** 9}),
+     "methods.flfcr.samples_per_class: 1000000000 is out of range; must be <= 131072"),
+    ("FL-FCR resampling beyond one array", _both(_use_method("fl", {"algorithm": "flfcr", "samples_per_class": 100000}),
+                                                 _set(*T, "model", "alexnet")),
+     "methods.fl.samples_per_class: 100000 × 10 classes × 4096 features of model 'alexnet' on dataset 'digits' "
+     "(suite 'tiny') is 4,096,000,000 numbers"),
+    ("Synthetic generating beyond one array", _both(_set("datasets", "synth", "clients", 100000),
+                                                    _set("datasets", "synth", "dim", 10000)),
+     "datasets.synth: 100000 clients generate"),
+    ("eval_every above rounds", _set(*T, "eval_every", 5),
+     "training.tiny: eval_every 5 on dataset 'digits' is above rounds 4"),
+    ("checkpoint_every above rounds in an override", _set(*T, "overrides", {"digits": {"checkpoint_every": 8}}),
+     "training.tiny: checkpoint_every 8 on dataset 'digits' is above rounds 4"),
+    # a setting that another leaves without effect: the same computation under another run id
+    ("FL-FCR drawing no samples but retraining",
+     _set("methods", "flfcr", {"algorithm": "flfcr", "samples_per_class": 0}),
+     "methods.flfcr.samples_per_class: 0 draws no features, so retrain_epochs 1 retrains nothing"),
+    ("FL-FCR retraining off with a retraining lr",
+     _set("methods", "flfcr", {"algorithm": "flfcr", "retrain_epochs": 0, "retrain_lr": 0.1}),
+     "methods.flfcr.retrain_lr: 0.1 has no effect while retrain_epochs is 0"),
+    ("FL-FCR retraining off with a sample count",
+     _set("methods", "flfcr", {"algorithm": "flfcr", "retrain_epochs": 0, "samples_per_class": "balanced"}),
+     "methods.flfcr.samples_per_class: 'balanced' has no effect while retrain_epochs is 0"),
+    ("FL-FCR retraining off with aggregated features",
+     _set("methods", "flfcr", {"algorithm": "flfcr", "retrain_epochs": 0, "features_from": "aggregated"}),
+     "methods.flfcr.features_from: 'aggregated' has no effect while retrain_epochs is 0"),
+    ("FL-FCR without margins choosing their counts", _set("methods", "flfcr", {"algorithm": "flfcr", "H": 0,
+                                                                                "global_counts": 0}),
+     "methods.flfcr.global_counts: 0 has no effect while H is 0"),
+    ("FedNTD without distillation choosing its temperature",
+     _set("methods", "fedntd", {"algorithm": "fedntd", "beta": 0, "tau": 3.0}),
+     "methods.fedntd.tau: 3.0 has no effect while beta is 0"),
+    ("MOON without its contrastive term choosing its temperature",
+     _set("methods", "moon", {"algorithm": "moon", "mu": 0, "temperature": 0.1}),
+     "methods.moon.temperature: 0.1 has no effect while mu is 0"),
+    ("FedED without logit suppression choosing its form",
+     _set("methods", "feded", {"algorithm": "feded", "logit_weight": 0, "logit_form": "authors_code"}),
+     "methods.feded.logit_form: 'authors_code' has no effect while logit_weight is 0"),
 ]
 
 # What only YAML text can hold. Each edit replaces one line of the tiny params' YAML.
@@ -275,6 +373,11 @@ WORKFLOW_CASES = [
     ("infeasible partition", _mutated_text(_BY_NAME["Dirichlet with 500 clients on digits"][1]),
      "partitions.dir500 cannot split datasets.digits"),
     ("key written twice", _edited_text("    lr: 0.05\n", "    lr: 0.05\n    lr: 0.5\n"), "key 'lr' is written twice"),
+    ("NaN learning rate", _mutated_text(_BY_NAME["lr NaN"][1]), "training.tiny.lr: .nan is not a finite number"),
+    ("a size past its bound", _mutated_text(_BY_NAME["FL-FCR resampling beyond one array"][1]),
+     "methods.fl.samples_per_class: 100000 × 10 classes"),
+    ("a setting without effect", _mutated_text(_BY_NAME["FL-FCR drawing no samples but retraining"][1]),
+     "methods.flfcr.samples_per_class: 0 draws no features"),
 ]
 
 
@@ -289,4 +392,19 @@ def test_snakemake_refuses_before_any_job(tmp_path, description, text, key):
     output = result.stdout + result.stderr
     assert result.returncode != 0, f"{description}: snakemake accepted it\n{output[-3000:]}"
     assert key in output, f"{description}: {key!r} missing from\n{output[-3000:]}"
+    assert not (root / "data").exists() and not (root / "results").exists()
+
+
+@pytest.mark.slow
+def test_snakemake_refuses_an_unknown_kernel_choice_before_any_job(tmp_path):
+    """Every run id depends on FEDSKEW_CPU_KERNELS (fedskew.config.RunConfig.run_id): a value fedskew does
+    not know stops the workflow while the DAG is built, with the same message `python -m fedskew` gives."""
+    from tests.integration.test_workflow import make_copy, run
+
+    root = make_copy(tmp_path, TINY_PARAMS)
+    result = run([venv_bin("snakemake"), "-n", "--cores", "1"], root, FEDSKEW_CPU_KERNELS="bogus")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"snakemake accepted it\n{output[-3000:]}"
+    assert "FEDSKEW_CPU_KERNELS='bogus' is not one of portable, native" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
     assert not (root / "data").exists() and not (root / "results").exists()

@@ -56,7 +56,7 @@ def test_a_damaged_checkpoint_is_moved_aside_and_the_run_restarts_to_the_same_re
         again = run_training(cfg)
     assert again.resumed_from == 0
     assert again.history == full.history and again.final == full.final
-    assert str(path) in caplog.text and "restarting the run from round 0" in caplog.text
+    assert str(path) in caplog.text and "retraining the run from round 0" in caplog.text
     assert len(list(path.parent.glob(f"{CHECKPOINT_NAME}.corrupt-*"))) == 1
     assert load_checkpoint(path.parent, cfg.run_id)["round"] == cfg.training["rounds"]
 

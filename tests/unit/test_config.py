@@ -127,6 +127,37 @@ BAD_INPUTS = [
      ["partitions.huge cannot split datasets.mnist (60000 training samples", "suites.other.settings[0]"]),
     ("a test fraction that leaves digits no training set", lambda p: p["datasets"]["digits"].update(
         test_fraction=0.999), ["datasets.digits.test_fraction", "0.999", "leaves 1 training", "between 0.006"]),
+    # NaN and ±inf: named at their key, with what to write instead
+    ("a NaN learning rate", lambda p: p["training"]["tiny"].update(lr=float("nan")),
+     ["training.tiny.lr: .nan is not a finite number; write a finite number"]),
+    ("an infinite FedLC tau", lambda p: p["methods"]["fedlc"].update(tau=float("inf")),
+     ["methods.fedlc.tau: .inf is not a finite number"]),
+    # sizes: the key, the value and the bound
+    ("FL-FCR resampling more than one array holds", lambda p: (
+        p["methods"].update(fl={"algorithm": "flfcr", "samples_per_class": 100000}),
+        p["suites"]["tiny"]["methods"].append("fl"), p["training"]["tiny"].update(model="alexnet")),
+     ["methods.fl.samples_per_class: 100000 × 10 classes × 4096 features", "4,096,000,000 numbers",
+      "above the bound of 2,147,483,648", "use a number of at most 52,428 per class"]),
+    # (only logistic regression on Synthetic has features wide enough, and those are the generated data's)
+    ("FL-FCR's balanced resampling bounded by the training set", lambda p: (
+        p["datasets"].update(synth={"source": "synthetic", "clients": 1000, "dim": 10000, "classes": 1000}),
+        p["methods"].update(fl={"algorithm": "flfcr", "samples_per_class": "balanced"}),
+        p["suites"]["tiny"]["settings"].append({"dataset": "synth", "partitions": ["natural"]}),
+        p["suites"]["tiny"].update(methods=["fl"]), p["training"]["tiny"].update(model="logreg")),
+     ["methods.fl.samples_per_class: 'balanced', up to the", "training samples, × 10000 features of model 'logreg' "
+      "on dataset 'synth'", "use a number of at most 214 per class",
+      "datasets.synth: 1000 clients generate 321,742 training samples of dim 10000, 3,217,420,000 numbers"]),
+    ("eval_every above rounds", lambda p: p["training"]["tiny"].update(eval_every=6),
+     ["training.tiny: eval_every 6 on dataset 'digits' is above rounds 4", "use at most 4"]),
+    # an option another one turns off, set to something else than its default
+    ("FL-FCR sampling nothing while retraining", lambda p: p["methods"].update(
+        fl={"algorithm": "flfcr", "samples_per_class": 0, "retrain_epochs": 2}),
+     ["methods.fl.samples_per_class: 0 draws no features, so retrain_epochs 2 retrains nothing",
+      "write retrain_epochs: 0"]),
+    ("FL-FCR sampling nothing and not retraining", lambda p: p["methods"].update(
+        fl={"algorithm": "flfcr", "samples_per_class": 0, "retrain_epochs": 0}),
+     ["methods.fl.samples_per_class: 0 has no effect while retrain_epochs is 0 (no head retraining)",
+      "leave samples_per_class out"]),
 ]
 
 
@@ -163,7 +194,7 @@ def test_a_partition_is_not_checked_where_the_size_is_unknown():
     # FEMNIST's size depends on the writer draw: checked by the partition job, not refused here.
     def femnist(p):
         p["datasets"]["femnist"] = {"source": "femnist"}
-        p["partitions"]["huge"] = {"scheme": "iid", "clients": 10 ** 7}
+        p["partitions"]["huge"] = {"scheme": "iid", "clients": 10 ** 5}  # within the schema's bound
         p["suites"]["tiny"]["settings"].append({"dataset": "femnist", "partitions": ["huge"]})
         p["training"]["tiny"]["model"] = "cnn"
 
@@ -284,3 +315,135 @@ def test_schema_knows_exactly_the_registered_models_and_dataset_sources():
     schema = params_schema()["$defs"]
     assert set(schema["training_fields"]["properties"]["model"]["enum"]) == set(MODELS)
     assert set(schema["dataset"]["properties"]["source"]["enum"]) == set(DATASET_DEFAULTS)
+
+
+def test_a_non_finite_value_is_reported_once_beside_the_other_problems():
+    def problems(p):
+        p["training"]["tiny"].update(lr=-float("inf"), rounds=0)
+        p["partitions"]["dir0.5"]["beta"] = float("nan")
+
+    message = str(pytest.raises(ConfigError, load_params, _with(problems)).value)
+    assert "(3 problem(s))" in message, message
+    assert "training.tiny.lr: -.inf is not a finite number" in message and "partitions.dir0.5.beta: .nan" in message
+    assert "training.tiny.rounds: 0 is out of range" in message
+    assert "training.tiny.lr: -Infinity" not in message  # not also reported as out of the schema's range
+
+
+def test_values_at_their_defaults_or_switched_on_are_accepted():
+    """What the rules leave alone: an option at its default beside a switch at 0 (the id is the default's), the
+    shipped `flfcr_loss_only` form, a written eval_every of exactly `rounds`, and `rounds` below the
+    default checkpoint_every."""
+    def fine(p):
+        p["methods"].update(off={"algorithm": "flfcr", "retrain_epochs": 0},
+                            off_at_defaults={"algorithm": "flfcr", "retrain_epochs": 0, "samples_per_class": 200},
+                            on={"algorithm": "flfcr", "samples_per_class": 5, "retrain_lr": 0.1},
+                            ntd={"algorithm": "fedntd", "beta": 0, "tau": 1.0})
+        p["training"]["tiny"].update(eval_every=4, checkpoint_every=4)
+        p["training"]["other"] = {"rounds": 5}  # checkpoint_every defaults to 10
+        p["suites"]["other"] = {"settings": [{"dataset": "digits", "partitions": ["q2"]}], "methods": ["fedavg"],
+                                "seeds": [0]}
+
+    params = load_params(_with(fine))
+    assert params.training("other", "digits")["checkpoint_every"] == 10
+
+
+def _walk_schema(node, path=""):
+    if isinstance(node, dict):
+        yield path, node
+        for key, value in node.items():
+            yield from _walk_schema(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk_schema(value, f"{path}/{i}")
+
+
+def test_every_integer_in_the_schema_has_a_maximum():
+    from fedskew.config import SCHEMA_PATH
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    unbounded = []
+    for path, node in _walk_schema(schema):
+        types = node.get("type")
+        if "integer" in (types if isinstance(types, list) else [types]) and "maximum" not in node:
+            unbounded.append(path)
+    assert not unbounded, f"integers without a maximum: {unbounded}"
+
+
+def test_feature_dims_are_the_models():
+    """FL-FCR's resampling bound reads the models' feature widths from fedskew.catalog, without torch."""
+    import torch
+
+    from fedskew import catalog
+    from fedskew.models import MODELS, build_model, example_info, incompatibility
+
+    assert list(catalog.FEATURE_DIMS) == list(MODELS)
+    infos = [catalog.dataset_info({"source": source, **defaults})
+             for source, defaults in catalog.DATASET_DEFAULTS.items()]
+    for name in MODELS:
+        for info in [example_info(name), *infos]:
+            if incompatibility(name, info) is None:
+                with torch.device("meta"):
+                    width = build_model(name, info).head.in_features
+                assert catalog.feature_dim(name, info) == width, f"FEATURE_DIMS[{name!r}] on {info}: {width}"
+
+
+def _tiny_run():
+    return load_params(copy.deepcopy(TINY_PARAMS)).run("tiny", "digits", "q2", "fedlc", 0)
+
+
+def test_native_kernels_give_another_run_id_only_where_the_pin_applies(monkeypatch):
+    from fedskew.numerics import cpu_pin
+
+    monkeypatch.delenv("FEDSKEW_CPU_KERNELS", raising=False)
+    monkeypatch.setattr(cpu_pin.platform, "machine", lambda: "x86_64")
+    portable = _tiny_run()
+    content = {k: v for k, v in portable.to_dict().items() if k != "suite"}
+    content["method_spec"] = {"algorithm": "fedlc", "tau": 1.0}
+    content["training"] = {k: v for k, v in portable.training.items() if k not in ("threads", "on_divergence")}
+    content["cpu_kernel_recipe"] = 2
+    assert portable.run_id == hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    monkeypatch.setenv("FEDSKEW_CPU_KERNELS", "portable")
+    assert _tiny_run().run_id == portable.run_id  # written out, the default is the default
+    monkeypatch.setenv("FEDSKEW_CPU_KERNELS", "native")
+    native = _tiny_run()
+    content["cpu_kernels"] = "native"
+    assert native.run_id == hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+    assert native.run_id != portable.run_id
+    monkeypatch.setattr(cpu_pin.platform, "machine", lambda: "aarch64")  # nothing to pin: native is all there is
+    assert _tiny_run().run_id == portable.run_id
+
+
+def test_an_unknown_kernel_choice_is_a_config_error_when_an_id_is_computed(monkeypatch):
+    monkeypatch.setenv("FEDSKEW_CPU_KERNELS", "bogus")
+    params = load_params(copy.deepcopy(TINY_PARAMS))  # reading params.yaml needs no kernels
+    with pytest.raises(ConfigError, match="FEDSKEW_CPU_KERNELS='bogus' is not one of portable, native"):
+        params.run("tiny", "digits", "q2", "fedlc", 0).run_id  # noqa: B018
+
+
+def _committed_configs():
+    import tarfile
+
+    for archive in sorted([*(REPO / "results" / "committed-runs").glob("*/*.tar.gz"),
+                           *(REPO / "results" / "imported").glob("*/*.tar.gz")]):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith("/config.yaml"):
+                    yield yaml.safe_load(tar.extractfile(member))
+
+
+def test_every_committed_run_keeps_its_id_under_portable_kernels_and_a_native_run_has_another(monkeypatch):
+    from fedskew.config import RunConfig
+    from fedskew.numerics import cpu_pin
+
+    monkeypatch.delenv("FEDSKEW_CPU_KERNELS", raising=False)
+    monkeypatch.setattr(cpu_pin.platform, "machine", lambda: "x86_64")
+    params = load_params(REPO / "params.yaml")
+    configs = list(_committed_configs())
+    assert len(configs) > 100
+    for stored in configs:
+        fields = {k: v for k, v in stored.items() if k != "run_id"}
+        cfg = params.run(fields["suite"], fields["dataset"], fields["partition"], fields["method"], fields["seed"])
+        assert RunConfig(**fields).run_id == cfg.run_id == stored["run_id"], fields
+    monkeypatch.setenv("FEDSKEW_CPU_KERNELS", "native")
+    for stored in configs:
+        assert RunConfig(**{k: v for k, v in stored.items() if k != "run_id"}).run_id != stored["run_id"]

@@ -46,6 +46,19 @@ def test_an_unknown_choice_is_refused_with_what_is_allowed():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("environ, machine, recorded", [({}, "x86_64", None),
+                                                       ({"FEDSKEW_CPU_KERNELS": "portable"}, "x86_64", None),
+                                                       ({"FEDSKEW_CPU_KERNELS": " Native "}, "x86_64", "native"),
+                                                       ({"FEDSKEW_CPU_KERNELS": "native"}, "aarch64", None)])
+def test_a_run_id_records_native_kernels_only_where_the_pin_applies(environ, machine, recorded):
+    assert cpu_pin.kernels_in_run_id(environ, machine=machine) == recorded
+
+
+def test_a_run_id_refuses_an_unknown_choice():
+    with pytest.raises(cpu_pin.CpuPinError, match="'fast' is not one of portable, native"):
+        cpu_pin.kernels_in_run_id({"FEDSKEW_CPU_KERNELS": "fast"}, machine="aarch64")
+
+
 @pytest.mark.skipif(not cpu_pin.is_x86_64(), reason="the pin applies to x86-64 CPUs")
 def test_a_fedskew_process_uses_the_pinned_kernels():
     """`python -m fedskew` pins before torch computes: ATen at AVX2, oneDNN and NNPACK off for training."""

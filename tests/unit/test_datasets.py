@@ -293,8 +293,9 @@ def test_adult_unknown_category_is_an_error(tmp_path):
     files = fakes.fake_adult()
     (tmp_path / "adult.data").write_bytes(files["adult.data"].replace(b"State-gov", b"Space-gov"))
     (tmp_path / "adult.test").write_bytes(files["adult.test"])
+    sha256 = {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() for name in files}
     with pytest.raises(DatasetCorruptError, match="Space-gov"):
-        adult.preprocess(tmp_path / "adult.data", tmp_path / "adult.test")
+        adult.preprocess(tmp_path / "adult.data", tmp_path / "adult.test", sha256)
 
 
 def test_adult_offline_names_both_files(monkeypatch, tmp_path):
@@ -365,7 +366,7 @@ def test_femnist_reuses_its_cache_and_rebuilds_when_a_file_changes(tmp_path, mon
     leaf = fakes.write_fake_leaf(tmp_path / "femnist")
     femnist.load_tensors({"writers": None, "seed": 0}, tmp_path)
     calls, original = [], femnist._decode
-    monkeypatch.setattr(femnist, "_decode", lambda files: calls.append(1) or original(files))
+    monkeypatch.setattr(femnist, "_decode", lambda *args: calls.append(1) or original(*args))
     femnist.load_tensors({"writers": None, "seed": 0}, tmp_path)
     assert calls == []
     path = sorted((tmp_path / "femnist" / "train").glob("*.json"))[0]

@@ -334,18 +334,23 @@ def test_run_checkpoints_leave_no_temporary_files(project, tiny_params) -> None:
 def test_load_checkpoint_checks_run_id(tmp_path) -> None:
     assert load_checkpoint(tmp_path / "absent", "abc") is None
     payload = {"run_id": "abc", "round": 3, "global_state": {"w": torch.tensor([1.0, 2.0])},
-               "algorithm_state": {}, "history": [{"round": 1}]}
+               "algorithm_state": {}, "history": [{"round": 1}, {"round": 2}, {"round": 3}]}
     path = save_checkpoint(tmp_path / "ck", payload)
     assert path == tmp_path / "ck" / CHECKPOINT_NAME
     assert [p.name for p in (tmp_path / "ck").iterdir()] == [CHECKPOINT_NAME]
     assert load_checkpoint(tmp_path / "ck", "other-run") is None
     loaded = load_checkpoint(tmp_path / "ck", "abc")
-    assert loaded["round"] == 3 and loaded["history"] == [{"round": 1}]
+    assert loaded["round"] == 3 and [row["round"] for row in loaded["history"]] == [1, 2, 3]
     assert torch.equal(loaded["global_state"]["w"], torch.tensor([1.0, 2.0]))
 
 
+def _payload(run_round: int) -> dict:
+    return {"run_id": "abc", "round": run_round, "global_state": {"w": torch.zeros(2)}, "algorithm_state": {},
+            "history": [{"round": r} for r in range(1, run_round + 1)]}
+
+
 def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch) -> None:
-    save_checkpoint(tmp_path, {"run_id": "abc", "round": 2})
+    save_checkpoint(tmp_path, _payload(2))
     real_save = torch.save
 
     def crash_midway(obj, f, *args, **kwargs):
@@ -354,7 +359,7 @@ def test_failed_checkpoint_write_keeps_the_previous_checkpoint(tmp_path, monkeyp
 
     monkeypatch.setattr(torch, "save", crash_midway)
     with pytest.raises(OSError):
-        save_checkpoint(tmp_path, {"run_id": "abc", "round": 4})
+        save_checkpoint(tmp_path, _payload(4))
     monkeypatch.setattr(torch, "save", real_save)
     assert load_checkpoint(tmp_path, "abc")["round"] == 2
 

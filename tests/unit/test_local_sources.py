@@ -129,23 +129,25 @@ def test_a_file_that_is_no_gzip_says_so(server, monkeypatch, tmp_path):
         load_tensors("mnist", tmp_path)
 
 
-def test_a_payload_verified_marker_is_trusted_while_the_pinned_content_md5_is_the_same(server, monkeypatch,
-                                                                                       tmp_path):
+def test_a_payload_verified_marker_spares_the_decompression_while_the_pinned_content_md5_is_the_same(
+        server, monkeypatch, tmp_path):
     fake = fake_with_payloads("mnist", server, monkeypatch)
     place(tmp_path / "mnist", recompressed(fake))
     load_tensors("mnist", tmp_path, download=False)
-    hashed = []
-    original = verify.file_digests
-    monkeypatch.setattr(verify, "file_digests", lambda path: hashed.append(path.name) or original(path))
+    hashed, digests, gunzip_md5 = [], verify.file_digests, verify.gunzip_md5
+    monkeypatch.setattr(verify, "file_digests", lambda path: hashed.append(path.name) or digests(path))
+    monkeypatch.setattr(verify, "gunzip_md5", lambda path: pytest.fail(f"{path} was decompressed"))
     load_tensors("mnist", tmp_path, download=False)
-    assert hashed == []  # the marker vouched for the files
+    assert sorted(hashed) == sorted(fake.files)  # every file is hashed: the marker is no substitute for that,
+    # but it spares decompressing the content it vouched for, for these very bytes
     monkeypatch.setitem(torchvision_family.PAYLOAD_MD5, "mnist", {**torchvision_family.PAYLOAD_MD5["mnist"],
                                                         "t10k-labels-idx1-ubyte.gz": "0" * 32})
+    monkeypatch.setattr(verify, "gunzip_md5", gunzip_md5)
     with pytest.raises(DatasetCorruptError, match="t10k-labels-idx1-ubyte.gz"):  # pinned digest changed: re-checked
         load_tensors("mnist", tmp_path, download=False)
 
 
-def test_a_marker_written_before_payload_digests_is_still_trusted(server, monkeypatch, tmp_path):
+def test_a_marker_written_before_payload_digests_is_still_accepted_and_rewritten(server, monkeypatch, tmp_path):
     fake_with_payloads("mnist", server, monkeypatch)
     load_tensors("mnist", tmp_path)
     path = tmp_path / "mnist" / MARKER
@@ -154,8 +156,9 @@ def test_a_marker_written_before_payload_digests_is_still_trusted(server, monkey
         for key in ("verified_by", "source", "expected_payload_md5"):
             del entry[key]
     path.write_text(json.dumps(old))
-    monkeypatch.setattr(verify, "file_digests", lambda path: pytest.fail(f"{path} was hashed again"))
-    load_tensors("mnist", tmp_path, download=False)
+    monkeypatch.setattr(verify, "gunzip_md5", lambda path: pytest.fail(f"{path} was decompressed"))
+    load_tensors("mnist", tmp_path, download=False)  # the files' own md5s are the pinned ones
+    assert {entry["verified_by"] for entry in marker(tmp_path, "mnist").values()} == {"archive-md5"}
 
 
 # --- local folders before the network -------------------------------------------------------------

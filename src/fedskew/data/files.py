@@ -5,7 +5,7 @@ temporaries and scratch folders.
   old file or the whole new one.
 * Temporaries are named `...-<pid>`; those of processes that are gone are removed.
 * Hand-placed file trees (FEMNIST JSON, a local ImageNet) are not checked against known digests: their sha256
-  are recorded (`tree_digests`) and key the tensor cache (fedskew.data.tensors).
+  are computed at every load, recorded (`tree_digests`) and key the tensor cache (fedskew.data.tensors).
 """
 
 from __future__ import annotations
@@ -29,23 +29,18 @@ log = logging.getLogger(__name__)
 # --- hand-placed file trees (FEMNIST JSON, a local ImageNet) ----------------------------------
 
 def tree_digests(files: dict[str, Path], marker: Path) -> dict[str, str]:
-    """sha256 of each file (key -> path), reusing `marker` entries whose size and mtime are unchanged.
+    """sha256 of each file (key -> path), hashed now, and recorded in `marker` with its size and mtime.
 
-    Nothing is known in advance about such files (they are produced locally), so their
-    digests are recorded, not checked; they key the tensor cache, so changed inputs rebuild it.
+    Nothing is known in advance about such files (they are produced locally), so their digests are recorded,
+    not checked; they key the tensor cache, so changed inputs rebuild it. They are hashed every time, never
+    taken from the marker: a file rewritten with the same size and mtime is a changed input too.
     """
     recorded = (read_json(marker) or {}).get("files") or {}
     out, entries = {}, {}
     for key, path in sorted(files.items()):
         stat = path.stat()
-        old = recorded.get(key)
-        if isinstance(old, dict) and old.get("size") == stat.st_size and old.get("mtime_ns") == stat.st_mtime_ns \
-                and isinstance(old.get("sha256"), str):
-            digest = old["sha256"]
-        else:
-            digest = file_sha256(path)
-        out[key] = digest
-        entries[key] = {"sha256": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        out[key] = file_sha256(path)
+        entries[key] = {"sha256": out[key], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     if entries != recorded:
         marker.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(marker, {"files": entries})

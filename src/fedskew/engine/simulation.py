@@ -10,6 +10,7 @@ FederatedAlgorithm hooks, then `aggregate`) or a split method's own `run_round`
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import math
 import os
@@ -30,7 +31,7 @@ from fedskew.config import ConfigError, RunConfig
 from fedskew.data import registry
 from fedskew.data.augment import make_augmenter
 from fedskew.data.partitions import load_partition
-from fedskew.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedskew.engine.checkpoint import CHECKPOINT_NAME, CorruptCheckpoint, load_checkpoint, save_checkpoint
 from fedskew.engine.diagnostics import LocalDiagnostics
 from fedskew.engine.evaluate import evaluate
 from fedskew.engine.precision import configure_precision, precision_scope
@@ -369,13 +370,13 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     global_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     history: list[dict[str, Any]] = []
     start = 1
-    checkpoint = load_checkpoint(checkpoint_dir, cfg.run_id)
+    checkpoint = load_checkpoint(checkpoint_dir, cfg.run_id, lambda payload: _restore(payload, model, algorithm))
     if checkpoint is not None:
         global_state = {k: v.to(device) for k, v in checkpoint["global_state"].items()}
-        algorithm.load_state_dict(checkpoint["algorithm_state"])
         history = checkpoint["history"]
         start = checkpoint["round"] + 1
-        log.info("run %s: resuming after round %d", cfg.run_id, checkpoint["round"])
+        log.info("run %s: resuming after round %d from %s", cfg.run_id, checkpoint["round"],
+                 checkpoint_dir / CHECKPOINT_NAME)
 
     diagnostics = None
     if training.get("local_diagnostics", False):
@@ -451,6 +452,24 @@ def run_training(cfg: RunConfig, root: Path = Path("."), stop_after_round: int |
     if view is not None:  # the cut used, also when params.yaml left it to the model's default
         final["split_point"] = view.point
     return RunResult(history, final, start - 1, loop_seconds, "vectorised" if vectorise else "sequential")
+
+
+def _restore(payload: dict[str, Any], model: torch.nn.Module, algorithm) -> None:
+    """Give `algorithm` the checkpoint's state, after checking that `model` can take its global state;
+    CorruptCheckpoint (the algorithm left as it was) when either does not fit this run."""
+    expected = {name: (tuple(t.shape), t.dtype) for name, t in model.state_dict().items()}
+    found = {name: (tuple(t.shape), t.dtype) for name, t in payload["global_state"].items()}
+    if found != expected:
+        differ = sorted(name for name in expected.keys() | found.keys() if expected.get(name) != found.get(name))
+        raise CorruptCheckpoint(f"its global_state does not fit this run's model (tensors that differ: "
+                                f"{', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''})")
+    fresh = copy.deepcopy(algorithm.state_dict())
+    try:
+        algorithm.load_state_dict(payload["algorithm_state"])
+    except Exception as error:  # noqa: BLE001 - a state of another shape fails each method in its own way
+        algorithm.load_state_dict(fresh)
+        raise CorruptCheckpoint(f"its algorithm_state does not fit {algorithm.name}: "
+                                f"{type(error).__name__}: {error}") from error
 
 
 def summarise(history: list[dict[str, Any]]) -> dict[str, Any]:

@@ -36,7 +36,10 @@ The recipe has a version (`RECIPES`): a run's id covers the recipe its model run
 
 `FEDSKEW_CPU_KERNELS` chooses: `portable` (the default) applies all of this; `native` leaves the
 libraries to choose (about twice as fast for the CNNs here, benchmarks/cpu_kernels.py; but CPU
-results then move with the CPU model). A variable
+results then move with the CPU model). On x86-64, where the pin applies, `native` is part of every
+run id (`kernels_in_run_id`, fedskew.config.RunConfig.run_id): a native run is another run than the
+portable one, never found in its place; portable ids are those they always were. Any other value
+is refused (`CpuPinError`) by `python -m fedskew` and by the workflow before its first job. A variable
 the user already set is left as it is. What was in force is recorded with every run (`describe()`:
 metrics.json's `provenance`, MLflow's `fedskew.provenance.*` tags). On other architectures (aarch64)
 there is nothing to pin: results there are their own. GPU kernels are not affected: GPU results vary
@@ -91,6 +94,13 @@ def requested(environ: MutableMapping[str, str] = os.environ) -> str:
                           f"(the default: the same CPU results on any x86-64 CPU) or native (the CPU's own kernels, "
                           f"results that depend on the CPU model)")
     return value
+
+
+def kernels_in_run_id(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> str | None:
+    """What a run id records of the kernels: `native` where the pin applies (x86-64) but is turned off; None
+    for the portable default and on other architectures, where there is nothing to pin."""
+    kernels = requested(environ)
+    return kernels if kernels != "portable" and is_x86_64(machine) else None
 
 
 def active(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> bool:

@@ -1,57 +1,86 @@
 """Run files shipped from a device machine in bounded archives, and verified before they join results/runs.
 
-An archive is a gzipped tar: `MANIFEST.json` first (the runs it holds, each with its run
+An archive is a gzipped plain (ustar) tar: `MANIFEST.json` first (the runs it holds, each with its run
 id and provenance, and the sha256 and size of every file), then each run's config.yaml,
 history.csv and metrics.json under their results/runs/... paths. Checkpoints stay on the
 device machine: they are large (AlexNet's is about 115 MB) and only a run in progress
 needs one, there.
 
-Importing refuses, before anything is written: a member the manifest does not list or whose
-digest differs, a path outside results/runs or of another shape, a run params.yaml does not
-define or defines with another configuration (run id), and run files whose own integrity
-digests fail (fedskew.runfiles). A run already present with the same bytes is skipped; one
-present with other bytes is never overwritten.
+An archive is read within bounds set before it is read: the file holds at most MAX_ARCHIVE_BYTES, its tar
+stream is read once, in order, and each member is judged by its header before a byte of it is inflated. A
+member must be a regular file (not a link, a folder, or a pax or GNU extension header, which tarfile would
+read whole, whatever size it claims), the manifest at most MAX_MANIFEST_BYTES, each run file of exactly the
+size its manifest entry gives, those entries MAX_ARCHIVE_BYTES at most together (what `ship` packs into one
+archive). Members are hashed, and staged for import, in CHUNK_BYTES pieces as they stream by.
+
+Importing is all or nothing. Every archive of the call is read and verified, and each of its runs staged
+whole in a scratch folder, before anything is placed; importing refuses, with nothing written: a member the
+manifest does not list or whose size or digest differs, a path outside results/runs or of another shape, a
+run params.yaml does not define or defines with another configuration (run id), run files whose own
+integrity digests fail (fedskew.runfiles), and a run that two archives of the call hold with other bytes
+(with the same bytes it is imported once). A run already present with the same bytes is skipped; one
+present with other bytes is never overwritten. Then the new runs are placed, metrics.json last in each;
+when a write fails (a full disk, a read-only folder), the runs this call placed are removed again and what
+they replaced is put back, so the project is as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import hashlib
 import io
 import itertools
 import json
+import os
 import re
 import tarfile
 import time
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from fedskew import paths
 from fedskew.config import Params, RunConfig
-from fedskew.data.files import scratch_dir
+from fedskew.data.files import file_sha256, scratch_dir
+from fedskew.numerics import cpu_pin
 from fedskew.runfiles import RunFileError, atomic_write_text, read_metrics
 
 FORMAT = "fedskew-runs/1"
 MANIFEST = "MANIFEST.json"
 RUN_FILES = ("config.yaml", "history.csv", "metrics.json")  # metrics.json last: it marks a run complete
 MAX_ARCHIVE_BYTES = 16 * 2**20  # what one file coming back from a device machine may hold here
-_RUN_PATH = re.compile(r"results/runs/([^/]+)/([^/]+)/([^/]+)/([^/]+)/seed(\d+)/(config\.yaml|history\.csv|"
-                       r"metrics\.json)")
+MAX_MANIFEST_BYTES = 2**20      # about 1.6 KB a run: the most runs an archive holds (~250 of ~4 KB) take ~400 KB
+CHUNK_BYTES = 2**20             # what reading an archive holds of a member at once
+_ID = r"[A-Za-z0-9][A-Za-z0-9_.-]*"  # a name in params.yaml (its schema's `id`): never `.` or `..`
+_RUN_PATH = re.compile(rf"results/runs/{_ID}/{_ID}/{_ID}/{_ID}/seed\d+/(config\.yaml|history\.csv|metrics\.json)")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ArchiveError(RuntimeError):
-    """An archive is damaged, or does not match this project's params.yaml; nothing was imported from it."""
+    """An archive is damaged or does not match this project's params.yaml, or its runs could not be placed;
+    nothing was imported."""
+
+
+class _Refused(Exception):
+    """What is wrong with an archive being read (its path is added where it is known)."""
+
+
+class _StagingFailed(Exception):
+    """Writing an archive's run files into the scratch folder failed (the archive may be fine)."""
 
 
 def _run_files(cfg: RunConfig, root: Path) -> dict[str, bytes]:
-    return {f"{cfg.path(paths.RUN_DIR).as_posix()}/{name}": (root / cfg.path(paths.RUN_DIR) / name).read_bytes()
-            for name in RUN_FILES}
+    return {_member(cfg, name): (root / cfg.path(paths.RUN_DIR) / name).read_bytes() for name in RUN_FILES}
 
 
 def _shipped_files(out_dir: Path) -> dict[str, tuple[str, Path]]:
     """Every run file the archives already in `out_dir` hold: its path → (sha256, the archive holding it)."""
     held: dict[str, tuple[str, Path]] = {}
     for archive in sorted(out_dir.glob("*.tar.gz")) if out_dir.is_dir() else []:
-        manifest, _ = _read_archive(archive)
+        manifest = _read_archive(archive)
         held.update({name: (entry["sha256"], archive) for name, entry in manifest["files"].items()})
     return held
 
@@ -60,8 +89,8 @@ def archived_run_ids(out_dir: Path) -> set[str]:
     """The run ids that the archives in `out_dir` hold (each archive verified against its manifest)."""
     ids: set[str] = set()
     for archive in sorted(out_dir.glob("*.tar.gz")) if out_dir.is_dir() else []:
-        manifest, _ = _read_archive(archive)
-        ids.update(entry["run_id"] for entry in manifest.get("runs", []))
+        manifest = _read_archive(archive)
+        ids.update(entry["run_id"] for entry in manifest["runs"])
     return ids
 
 
@@ -74,7 +103,11 @@ def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes
     that an archive already in `out_dir` holds with the same bytes is not packed again, so
     shipping into a suite's committed folder (results/imported/<suite>/) after each stretch of
     training adds only the runs finished since; one held there with other bytes is refused.
+    `max_bytes` is at most MAX_ARCHIVE_BYTES: importing refuses a larger archive.
     """
+    if max_bytes > MAX_ARCHIVE_BYTES:
+        raise ArchiveError(f"archives of at most {MAX_ARCHIVE_BYTES / 2**20:g} MiB can be imported; ship with a "
+                           f"--max-mb of {MAX_ARCHIVE_BYTES / 2**20:g} or less")
     stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     finished = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
     held = _shipped_files(out_dir)
@@ -121,111 +154,288 @@ def _already_shipped(files: dict[str, bytes], held: dict[str, tuple[str, Path]])
 def _write_archive(path: Path, group: list[tuple[RunConfig, dict[str, bytes]]]) -> None:
     manifest = {"format": FORMAT, "runs": [], "files": {}}
     for cfg, files in group:
-        metrics = json.loads(files[f"{cfg.path(paths.RUN_DIR).as_posix()}/metrics.json"])
+        metrics = json.loads(files[_member(cfg, "metrics.json")])
         manifest["runs"].append({"run_id": cfg.run_id, **cfg.keys, "status": metrics.get("status"),
                                  "provenance": metrics.get("provenance", {})})
         manifest["files"].update({name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                                   for name, data in files.items()})
+    manifest_bytes = json.dumps(manifest, indent=1).encode()
+    if len(manifest_bytes) > MAX_MANIFEST_BYTES:  # never write what importing refuses
+        raise ArchiveError(f"the manifest of {len(group)} runs takes {len(manifest_bytes)} bytes, more than an "
+                           f"archive's may ({MAX_MANIFEST_BYTES}); ship with a smaller --max-mb (fewer runs each)")
     tmp = path.with_name(f".{path.name}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for name, data in [(MANIFEST, json.dumps(manifest, indent=1).encode()),
-                           *((n, d) for _, files in group for n, d in files.items())]:
+    # Plain ustar: headers of one block each, which importing reads before any member (no pax or GNU extension).
+    with tarfile.open(tmp, "w:gz", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in [(MANIFEST, manifest_bytes), *((n, d) for _, files in group for n, d in files.items())]:
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
+            try:
+                tar.addfile(info, io.BytesIO(data))
+            except ValueError as error:  # a path that a ustar header cannot hold (over 255 characters)
+                raise ArchiveError(f"{name}: {error}; shorten the names of its suite, dataset, partition or "
+                                   "method in params.yaml") from error
     tmp.replace(path)
 
 
 @dataclass
 class ImportReport:
-    imported: list[tuple[RunConfig, dict]] = field(default_factory=list)  # (run, its provenance)
+    imported: list[tuple[RunConfig, dict]] = field(default_factory=list)  # (run, its provenance), placed now
     already: list[RunConfig] = field(default_factory=list)                # present with the same bytes
+    sources: dict[str, Path] = field(default_factory=dict)                # run id -> the (first) archive holding it
 
 
-def _read_archive(path: Path) -> tuple[dict, dict[str, bytes]]:
-    """The manifest and every file of an archive, each checked against the manifest."""
+class _RunFileHeader(tarfile.TarInfo):
+    """A tar header as `_read_archive` accepts it: a regular file. Its data is read only after the checks."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        # tarfile's hook for subclasses, called for each header before anything after it is read: an extension
+        # header (pax, GNU long name, sparse) would be read into memory whole, whatever size it claims.
+        if self.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            raise _Refused(f"member {self.name!r} is not a regular file")
+        return super()._proc_member(tar)
+
+
+def _read_archive(path: Path, stage: Path | None = None) -> dict:
+    """The manifest of an archive, after every member was checked against it; with `stage`, each run file is
+    also written under that folder at its results/runs/... path (to be checked there before it counts)."""
     try:
-        with tarfile.open(path, "r:gz") as tar:
-            members = tar.getmembers()
-            if not members or members[0].name != MANIFEST:
-                raise ArchiveError(f"{path}: {MANIFEST} is not its first member; it is not a fedskew run archive")
-            files: dict[str, bytes] = {}
-            for member in members:
-                if not member.isfile():
-                    raise ArchiveError(f"{path}: member {member.name!r} is not a regular file")
-                if member.name in files:
-                    raise ArchiveError(f"{path}: member {member.name!r} appears twice")
-                files[member.name] = tar.extractfile(member).read()
-    except (tarfile.TarError, OSError, EOFError) as error:
+        with open(path, "rb") as raw:
+            size = os.fstat(raw.fileno()).st_size
+            if size > MAX_ARCHIVE_BYTES:
+                raise _Refused(f"it holds {size} bytes, more than an archive may ({MAX_ARCHIVE_BYTES}); ship its "
+                               "runs again (`packed ship` writes archives of at most that)")
+            # gzip.GzipFile inflates at most what each read asks for; the tar stream is read once, in order.
+            with gzip.GzipFile(fileobj=raw) as inflated, \
+                    tarfile.open(fileobj=inflated, mode="r|", tarinfo=_RunFileHeader) as tar:
+                return _read_members(tar, stage)
+    except _Refused as why:
+        raise ArchiveError(f"{path}: {why}") from None
+    except _StagingFailed as error:
+        raise ArchiveError(f"{path}: its run files could not be staged for checking under {stage} "
+                           f"({error.__cause__}); free disk space there and import again") from error
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise ArchiveError(f"{path}: cannot be read as a gzipped tar ({error}); ship it again") from error
-    try:
-        manifest = json.loads(files.pop(MANIFEST))
-    except ValueError as error:
-        raise ArchiveError(f"{path}: {MANIFEST} is not JSON ({error})") from error
-    if manifest.get("format") != FORMAT:
-        raise ArchiveError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
-    listed = manifest.get("files", {})
-    if set(listed) != set(files):
-        extra, missing = sorted(set(files) - set(listed)), sorted(set(listed) - set(files))
-        raise ArchiveError(f"{path}: members and manifest disagree (not listed: {extra}; missing: {missing})")
-    for name, data in files.items():
+
+
+def _read_members(tar: tarfile.TarFile, stage: Path | None) -> dict:
+    first = tar.next()
+    if first is None or first.name != MANIFEST:
+        raise _Refused(f"{MANIFEST} is not its first member; it is not a fedskew run archive")
+    if first.size > MAX_MANIFEST_BYTES:
+        raise _Refused(f"its {MANIFEST} claims {first.size} bytes, more than a manifest may ({MAX_MANIFEST_BYTES})")
+    manifest = _parse_manifest(tar.extractfile(first).read())  # of a size checked just above
+    listed = manifest["files"]
+    seen: set[str] = set()
+    while (member := tar.next()) is not None:  # each header is read (and judged) once the last member is done
+        name = member.name
         if not _RUN_PATH.fullmatch(name):
-            raise ArchiveError(f"{path}: {name!r} is not a run file under results/runs/")
-        if hashlib.sha256(data).hexdigest() != listed[name]["sha256"] or len(data) != listed[name]["size"]:
-            raise ArchiveError(f"{path}: {name} does not match its digest in {MANIFEST}; the archive is damaged")
-    return manifest, files
+            raise _Refused(f"{name!r} is not a run file under results/runs/")
+        if name in seen:
+            raise _Refused(f"member {name!r} appears twice")
+        if name not in listed:
+            raise _Refused(f"members and manifest disagree ({name} is not listed in {MANIFEST})")
+        if member.size != listed[name]["size"]:
+            raise _Refused(f"{name} holds {member.size} bytes, but {MANIFEST} says {listed[name]['size']}; the "
+                           "archive is damaged")
+        if _hash_member(tar.extractfile(member), stage / name if stage else None) != listed[name]["sha256"]:
+            raise _Refused(f"{name} does not match its digest in {MANIFEST}; the archive is damaged")
+        seen.add(name)
+    if seen != set(listed):
+        raise _Refused(f"members and manifest disagree (missing: {sorted(set(listed) - seen)})")
+    return manifest
 
 
-def _check_runs(path: Path, params: Params, manifest: dict, files: dict[str, bytes]) -> list[tuple[RunConfig, dict]]:
+def _parse_manifest(data: bytes) -> dict:
+    """The manifest, its shape checked: it decides how much of the archive is read."""
+    try:
+        manifest = json.loads(data)
+    except ValueError as error:
+        raise _Refused(f"{MANIFEST} is not JSON ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise _Refused(f"format {found!r}, expected {FORMAT!r}")
+    files, runs = manifest.get("files"), manifest.get("runs")
+    if not isinstance(files, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("sha256"), str) and _SHA256.fullmatch(e["sha256"])
+            and type(e.get("size")) is int and e["size"] >= 0 for e in files.values()):
+        raise _Refused(f"{MANIFEST}: `files` is not a sha256 and a size for each file")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("run_id"), str) for r in runs):
+        raise _Refused(f"{MANIFEST}: `runs` is not a list of runs with their run ids")
+    total = sum(entry["size"] for entry in files.values())
+    if total > MAX_ARCHIVE_BYTES:
+        raise _Refused(f"its files would take {total} bytes, more than an archive may hold ({MAX_ARCHIVE_BYTES})")
+    return manifest
+
+
+def _hash_member(source: IO[bytes], target: Path | None) -> str:
+    """The sha256 of a member read in CHUNK_BYTES pieces, each also written to `target` when there is one."""
+    digest = hashlib.sha256()
+    with _stage_file(target) as write:
+        while chunk := source.read(CHUNK_BYTES):
+            digest.update(chunk)
+            write(chunk)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _stage_file(target: Path | None) -> Iterator[Callable[[bytes], None]]:
+    """A `write(chunk)` into `target` in the scratch folder (without one, chunks are only hashed). An OSError
+    there (a full disk) is _StagingFailed, so that it is not taken for a damaged archive."""
+    if target is None:
+        yield lambda chunk: None
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        out = open(target, "wb")
+    except OSError as error:
+        raise _StagingFailed() from error
+
+    def write(chunk: bytes) -> None:
+        try:
+            out.write(chunk)
+            out.flush()  # nothing left for close() to fail on
+        except OSError as error:
+            raise _StagingFailed() from error
+
+    with out:
+        yield write
+
+
+def _check_runs(path: Path, params: Params, manifest: dict) -> list[RunConfig]:
     """Each run of the manifest as params.yaml defines it (same run id), its three files present."""
     checked = []
-    for entry in manifest.get("runs", []):
-        keys = (entry["suite"], entry["dataset"], entry["partition"], entry["method"], int(entry["seed"]))
+    for entry in manifest["runs"]:
+        try:
+            keys = (entry["suite"], entry["dataset"], entry["partition"], entry["method"], int(entry["seed"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ArchiveError(f"{path}: the entry of run {entry['run_id']} in {MANIFEST} lacks its suite, dataset, "
+                               f"partition, method or seed ({error!r})") from None
         try:
             cfg = params.run(*keys)
         except Exception as error:  # noqa: BLE001 - ConfigError or a KeyError of an unknown suite
             raise ArchiveError(f"{path}: run {'/'.join(map(str, keys))} is not a run of params.yaml ({error})") from error
         if cfg.run_id != entry["run_id"]:
+            why = ("FEDSKEW_CPU_KERNELS=native gives every run another id than its portable one: import it under "
+                   "the portable kernels" if cpu_pin.kernels_in_run_id() else
+                   "its configuration changed since; train it again")
             raise ArchiveError(f"{path}: {cfg.path(paths.RUN_DIR)} was trained with run id {entry['run_id']}, but "
-                               f"params.yaml gives it {cfg.run_id}: its configuration changed since; train it again")
-        names = [f"{cfg.path(paths.RUN_DIR).as_posix()}/{n}" for n in RUN_FILES]
-        if any(n not in files for n in names):
+                               f"params.yaml gives it {cfg.run_id}: {why}")
+        if any(_member(cfg, n) not in manifest["files"] for n in RUN_FILES):
             raise ArchiveError(f"{path}: {cfg.path(paths.RUN_DIR)} lacks one of {', '.join(RUN_FILES)}")
-        checked.append((cfg, entry.get("provenance", {})))
-    if {n for cfg, _ in checked for n in (f"{cfg.path(paths.RUN_DIR).as_posix()}/{f}" for f in RUN_FILES)} != set(files):
+        checked.append(cfg)
+    if {_member(cfg, n) for cfg in checked for n in RUN_FILES} != set(manifest["files"]):
         raise ArchiveError(f"{path}: it holds files of runs its manifest does not list")
     return checked
 
 
+def _member(cfg: RunConfig, name: str) -> str:
+    """The archive member (and results/... path) of one of a run's files."""
+    return f"{cfg.path(paths.RUN_DIR).as_posix()}/{name}"
+
+
+@dataclass
+class _StagedRun:
+    cfg: RunConfig
+    provenance: dict          # what its metrics.json records
+    folder: Path              # its three files, verified, in the scratch folder
+    archive: Path             # the (first) archive holding it
+    digests: dict[str, str]   # file name -> sha256
+
+
+def _stage_runs(params: Params, archives: list[Path], scratch: Path) -> dict[str, _StagedRun]:
+    """Every run of every archive, read, verified and staged under `scratch` (by its results/runs path)."""
+    staged: dict[str, _StagedRun] = {}
+    for k, path in enumerate(archives):
+        stage = scratch / f"{k:04d}"
+        manifest = _read_archive(path, stage)
+        for cfg in _check_runs(path, params, manifest):
+            try:
+                record = read_metrics(cfg, stage)  # its own digests, before it counts
+                for name in RUN_FILES:  # placed as text (fedskew.runfiles): refuse bytes that are not
+                    (stage / _member(cfg, name)).read_bytes().decode("utf-8")
+            except (RunFileError, UnicodeDecodeError) as error:
+                raise ArchiveError(f"{path}: {cfg.path(paths.RUN_DIR)} fails its own integrity check: "
+                                   f"{error}") from error
+            run = _StagedRun(cfg, record.get("provenance", {}), stage / cfg.path(paths.RUN_DIR), path,
+                             {n: manifest["files"][_member(cfg, n)]["sha256"] for n in RUN_FILES})
+            first = staged.setdefault(cfg.run_id, run)
+            if first.digests != run.digests:
+                raise ArchiveError(f"{cfg.path(paths.RUN_DIR)} is in {first.archive} and in {path} with other bytes "
+                                   f"(it was trained twice); import only the archive whose run to keep")
+    return staged
+
+
 def import_archives(params: Params, archives: list[Path], root: Path = Path(".")) -> ImportReport:
-    """Verify every archive and run first, then place the new runs' files (metrics.json last)."""
+    """Import the runs of `archives` into `root`, all or none: every archive is verified and every run staged
+    first, then the new runs' files are placed (metrics.json last in each), or taken back if a write fails."""
     report = ImportReport()
-    staged: list[tuple[RunConfig, dict, dict[str, bytes]]] = []
-    for path in archives:
-        manifest, files = _read_archive(path)
-        checked = _check_runs(path, params, manifest, files)
-        with scratch_dir(root / "results", ".import-") as scratch:  # each run's own digests, before it counts
-            for cfg, provenance in checked:
-                own = {n: files[f"{cfg.path(paths.RUN_DIR).as_posix()}/{n}"] for n in RUN_FILES}
-                for name, data in own.items():
-                    target = scratch / cfg.path(paths.RUN_DIR) / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
-                try:
-                    read_metrics(cfg, scratch)
-                except RunFileError as error:
-                    raise ArchiveError(f"{path}: {cfg.path(paths.RUN_DIR)} fails its own integrity check: "
-                                       f"{error}") from error
-                present = root / cfg.path(paths.RUN_DIR)
+    results = root / "results"
+    results_existed = results.exists()
+    try:
+        with scratch_dir(results, ".import-") as scratch:
+            staged = _stage_runs(params, archives, scratch)
+            new = []
+            for run in staged.values():
+                present = root / run.cfg.path(paths.RUN_DIR)
                 if all((present / n).exists() for n in RUN_FILES):
-                    if all((present / n).read_bytes() == data for n, data in own.items()):
-                        report.already.append(cfg)
+                    if all(file_sha256(present / n) == run.digests[n] for n in RUN_FILES):
+                        report.already.append(run.cfg)
                         continue
-                    raise ArchiveError(f"{path}: {present} already holds other run files; fedskew never overwrites "
-                                       f"a result: move that folder aside to import this one")
-                staged.append((cfg, provenance, own))
-    for cfg, provenance, own in staged:
-        for name in RUN_FILES:  # metrics.json last: a run counts only once it is whole
-            atomic_write_text(root / cfg.path(paths.RUN_DIR) / name, own[name].decode())
-        report.imported.append((cfg, provenance))
+                    raise ArchiveError(f"{run.archive}: {present} already holds other run files; fedskew never "
+                                       f"overwrites a result: move that folder aside to import this one")
+                new.append(run)
+            _place(new, root)
+    finally:
+        if not results_existed:  # an import that placed nothing leaves no results/ behind either
+            with contextlib.suppress(OSError):  # (one that placed runs: it holds them)
+                results.rmdir()
+    report.imported = [(run.cfg, run.provenance) for run in new]
+    report.sources = {run.cfg.run_id: run.archive for run in staged.values()}
     return report
+
+
+def _place(runs: list[_StagedRun], root: Path) -> None:
+    """Copy the staged runs into results/runs, metrics.json last in each; if a write fails, undo every write of
+    this call (a file it replaced, left by a run whose files were never whole, is put back)."""
+    written: list[tuple[Path, Path | None]] = []  # each file written, and where the file it replaced was moved
+    created: list[Path] = []                      # the folders this call made
+    target = root  # (named in the error)
+    try:
+        for run in runs:
+            folder = root / run.cfg.path(paths.RUN_DIR)
+            created += [p for p in (folder, *folder.parents) if not p.exists()]
+            for name in RUN_FILES:
+                target = folder / name
+                aside = None
+                if target.exists():
+                    aside = target.with_name(f".{name}.before-import-{os.getpid()}")
+                    os.replace(target, aside)
+                written.append((target, aside))
+                atomic_write_text(target, (run.folder / name).read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: text the locale's encoding cannot write
+        stuck = _undo(written, created)
+        left = (f", but {', '.join(map(str, stuck))} could not be restored: put them right by hand" if stuck
+                else ": the project is as it was")
+        raise ArchiveError(f"writing {target} failed ({error}); the runs this import placed were removed again{left}. "
+                           f"Free disk space or make {target.parent} writable, then import again") from error
+    for _, aside in written:
+        if aside is not None:
+            with contextlib.suppress(OSError):  # the runs are placed: a hidden leftover is no reason to fail
+                aside.unlink(missing_ok=True)
+
+
+def _undo(written: list[tuple[Path, Path | None]], created: list[Path]) -> list[Path]:
+    """Remove the files `_place` wrote and put back those it moved aside; return the paths it could not restore."""
+    stuck = []
+    for target, aside in reversed(written):
+        try:
+            if aside is None:
+                target.unlink(missing_ok=True)
+            else:
+                os.replace(aside, target)
+        except OSError:
+            stuck.append(target)
+    for folder in sorted(created, key=lambda p: len(p.parts), reverse=True):  # the deepest first
+        with contextlib.suppress(OSError):  # gone already, or holding what could not be removed (named above)
+            folder.rmdir()
+    return stuck

@@ -6,9 +6,13 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedskew import paths
 from fedskew.config import Params, RunConfig
+
+if TYPE_CHECKING:  # for annotations only: each verb imports what it needs when it runs (archive reaches torch)
+    from fedskew.packed.archive import ImportReport
 
 log = logging.getLogger("fedskew")
 
@@ -89,21 +93,49 @@ def cmd_import(params: Params, args: argparse.Namespace) -> None:
 
     report = import_archives(params, [Path(a) for a in args.archive])
     print(f"packed import: {len(report.imported)} run(s) added to results/runs, {len(report.already)} already there")
-    if not job.tracking_enabled() or not report.imported:
-        return
-    failed = 0
-    for cfg, provenance in report.imported:
-        tags = {**job.run_tags(cfg), **{f"fedskew.provenance.{k}": str(v) for k, v in provenance.items()},
-                "fedskew.imported_from": ", ".join(Path(a).name for a in args.archive),
-                **({"git.commit": provenance["commit"]} if provenance.get("commit", "unknown") != "unknown" else {})}
+    if job.tracking_enabled():
+        _log_imported_runs(report)
+
+
+def _log_imported_runs(report: ImportReport) -> None:
+    """Log to MLflow the runs an import placed and those it found in place, each unless MLflow already records
+    it with its status (as `track` does): a run imported before while tracking was off, or whose logging
+    failed, is logged now. A failure leaves the run files in place and names the `track` command that logs
+    them later."""
+    from fedskew import job, tracking
+    from fedskew.runfiles import read_metrics
+
+    runs = [cfg for cfg, _ in report.imported] + report.already
+    logged, unlogged = 0, {}
+    for suite in dict.fromkeys(cfg.suite for cfg in runs):
+        of_suite = [cfg for cfg in runs if cfg.suite == suite]
         try:
-            job.log_run_files(cfg, tags)
-        except Exception as error:  # noqa: BLE001 - the run files are in place; name each run that failed to log
-            log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
-            failed += 1
-    if failed:
-        raise job.TrackingError(f"{failed} imported run(s) could not be logged to MLflow; their files are in place: "
-                                f"`python -m fedskew track --suite <suite>` logs them later")
+            recorded = tracking.recorded_runs(tracking.tracking_uri(Path(".")), f"fedskew/{suite}")
+        except Exception as error:  # noqa: BLE001 - the run files are in place; say how to log them later
+            log.error("reading the MLflow runs of suite %s failed: %s", suite, error)
+            unlogged[suite] = len(of_suite)
+            continue
+        for cfg in of_suite:
+            try:
+                final = read_metrics(cfg)
+                if recorded.get(cfg.run_id) == job.finished_status(final):
+                    continue
+                provenance = final.get("provenance", {})
+                tags = {**job.run_tags(cfg), **{f"fedskew.provenance.{k}": str(v) for k, v in provenance.items()},
+                        "fedskew.imported_from": report.sources[cfg.run_id].name,
+                        **({"git.commit": provenance["commit"]} if provenance.get("commit", "unknown") != "unknown"
+                           else {})}
+                job.log_run_files(cfg, tags)
+                logged += 1
+            except Exception as error:  # noqa: BLE001 - the run files are in place; name each run that failed to log
+                log.error("logging %s failed: %s", cfg.path(paths.RUN_DIR), error)
+                unlogged[suite] = unlogged.get(suite, 0) + 1
+    if logged:
+        print(f"packed import: {logged} run(s) logged to MLflow")
+    if unlogged:
+        commands = "; ".join(f"`python -m fedskew track --suite {suite}`" for suite in unlogged)
+        raise job.TrackingError(f"{sum(unlogged.values())} imported run(s) could not be logged to MLflow; their files "
+                                f"are in place: {commands} logs them later")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

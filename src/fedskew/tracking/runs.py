@@ -25,6 +25,7 @@ from fedskew.tracking.store import (
     ensure_store,
     import_mlflow,
     local_store_path,
+    redacted,
     store_lock,
     tracking_uri,
 )
@@ -222,7 +223,7 @@ class LiveRun:
         try:
             action()
         except Exception as exc:
-            self.error = f"{what} failed: {type(exc).__name__}: {exc}"
+            self.error = redacted(f"{what} failed: {type(exc).__name__}: {exc}")  # a request's error names its URL
             if self.strict:
                 raise
             log.error("TRACKING FAILED for %s (%s); tracking stops for this job, training goes on",
@@ -339,9 +340,9 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
         if not isinstance(exc, Exception) or isinstance(exc, TrackingStoreError):  # the latter says all
             raise
         marked = f"; run {run.run_id} marked FAILED" if run.run_id else ""
-        raise RuntimeError(f"logging run {run_name!r} (experiment {experiment!r}) to MLflow store "
-                           f"{run.uri} failed{marked}: {exc}") from exc
-    log.info("logged run %s (%s) to %s", run_name, run.run_id, run.uri)
+        raise RuntimeError(redacted(f"logging run {run_name!r} (experiment {experiment!r}) to MLflow store "
+                                    f"{run.uri} failed{marked}: {exc}")) from exc
+    log.info("logged run %s (%s) to %s", run_name, run.run_id, redacted(run.uri))
     return run.run_id
 
 

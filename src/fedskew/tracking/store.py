@@ -19,13 +19,14 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,51 @@ DEFAULT_DB_NAME = "mlflow.db"
 _NOISY_LOGGERS = ("alembic", "mlflow.store.db.utils", "mlflow.store.tracking.sqlalchemy_store")
 
 
+# MLflow's own variables for a tracking server's credentials (basic auth; or a token).
+CREDENTIAL_VARIABLES = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
 def tracking_uri(project_root: Path) -> str:
-    """$MLFLOW_TRACKING_URI if set (e.g. a cluster's server), else a SQLite store in the project."""
+    """$MLFLOW_TRACKING_URI if set (e.g. a cluster's server), else a SQLite store in the project.
+
+    Credentials written into the URI are moved to MLflow's credential variables first
+    (`move_credentials_out_of_uri`), so that the URI fedskew and MLflow print holds none."""
+    move_credentials_out_of_uri()
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(project_root).resolve() / DEFAULT_DB_NAME}"
+
+
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def redacted(text: str) -> str:
+    """`text` (a URI, or a message holding some) with every URL's user name and password replaced by ***."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def move_credentials_out_of_uri(environ: MutableMapping[str, str] = os.environ) -> str | None:
+    """Take a user name and password out of $MLFLOW_TRACKING_URI into MLFLOW_TRACKING_USERNAME and
+    MLFLOW_TRACKING_PASSWORD, where MLflow reads them for a server's basic auth; returns a warning for the user
+    (which names neither), or None when the URI carried none.
+
+    A URI is printed in many places (fedskew's messages, MLflow's "View run at" line in every job's log, a
+    failed request's error), and a job inherits its environment, so a secret in the URI would reach the logs.
+    Variables the user set already win over the URI's credentials, which are then dropped. Idempotent: the
+    first fedskew process (`python -m fedskew`, the Snakefile) does it before it starts any job."""
+    uri = environ.get("MLFLOW_TRACKING_URI", "")
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return None
+    environ["MLFLOW_TRACKING_URI"] = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    given = {name: environ.get(name) for name in CREDENTIAL_VARIABLES}
+    from_uri = dict(zip(CREDENTIAL_VARIABLES, (unquote(parts.username or ""), unquote(parts.password or ""))))
+    if any(given.values()):
+        return ("MLFLOW_TRACKING_URI carries credentials, and MLFLOW_TRACKING_USERNAME or MLFLOW_TRACKING_PASSWORD "
+                "is set as well: fedskew uses the variables and has removed the URI's credentials, so that no log "
+                "shows them")
+    environ.update({name: value for name, value in from_uri.items() if value})
+    return ("MLFLOW_TRACKING_URI carries credentials: fedskew has moved them to MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD, where MLflow reads them, so that no log shows them; set those variables (or "
+            "MLFLOW_TRACKING_TOKEN) instead of writing credentials into the URI")
 
 
 def local_store_path(uri: str) -> Path | None:

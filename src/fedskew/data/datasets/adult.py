@@ -4,7 +4,8 @@ Source: https://archive.ics.uci.edu/ml/machine-learning-databases/adult/adult.da
 rows, the official training split) and .../adult.test (16,281 rows, the official test split).
 
 On disk: data/raw/adult/adult.data and adult.test (downloaded, or placed there by hand),
-their VERIFIED.json marker and the preprocessed cache tensors.pt + tensors.json.
+their VERIFIED.json marker and the preprocessed cache tensors.pt + tensors.json. The
+preprocessing reads each file once, checking its bytes against the sha256 just verified.
 
 Checksums: md5 5d7c39d7b8804f071cdd1f2a7c460872 (adult.data) and
 35238206dfdf7f1fe215bbb874adecdc (adult.test) are pinned: they are the digests that
@@ -40,6 +41,7 @@ import torch
 
 from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.fetch.reading import read_verified
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
 log = logging.getLogger(__name__)
@@ -95,35 +97,39 @@ def raw_dir(raw_root: Path) -> Path:
     return Path(raw_root) / NAME
 
 
-def parse_rows(path: Path) -> tuple[list[list[str]], int]:
-    """The complete rows of an adult.data/adult.test file (fields stripped, label without '.'), and
-    how many rows were dropped for a missing value."""
+def parse_rows(data: bytes, name: str) -> tuple[list[list[str]], int]:
+    """The complete rows of the bytes of an adult.data/adult.test file named `name` (fields stripped, label
+    without '.'), and how many rows were dropped for a missing value."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DatasetCorruptError(f"cannot read {path.name} as text: {error}") from error
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DatasetCorruptError(f"cannot read {name} as text: {error}") from error
     rows, dropped = [], 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.startswith("|"):  # blank lines; adult.test's '|1x3 Cross validator'
             continue
         fields = [field.strip() for field in line.split(",")]
         if len(fields) != len(COLUMNS):
-            raise DatasetCorruptError(f"{path.name} line {number} has {len(fields)} fields, expected {len(COLUMNS)}")
+            raise DatasetCorruptError(f"{name} line {number} has {len(fields)} fields, expected {len(COLUMNS)}")
         fields[-1] = fields[-1].rstrip(".")
         if fields[-1] not in LABELS:
-            raise DatasetCorruptError(f"{path.name} line {number}: unknown income label {fields[-1]!r}")
+            raise DatasetCorruptError(f"{name} line {number}: unknown income label {fields[-1]!r}")
         if "?" in fields:
             dropped += 1
             continue
         rows.append(fields)
     if not rows:
-        raise DatasetCorruptError(f"{path.name} has no complete rows")
+        raise DatasetCorruptError(f"{name} has no complete rows")
     return rows, dropped
 
 
 def check_structure(path: Path) -> None:
     """Used only when no md5 is pinned: the file must parse as Adult rows."""
-    _encode(parse_rows(path)[0], path.name)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DatasetCorruptError(f"cannot read {path.name}: {error}") from error
+    _encode(parse_rows(data, path.name)[0], path.name)
 
 
 def _encode(rows: list[list[str]], what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -148,9 +154,14 @@ def _encode(rows: list[list[str]], what: str) -> tuple[np.ndarray, np.ndarray, n
     return numeric, np.concatenate(blocks, axis=1), labels
 
 
-def preprocess(train_path: Path, test_path: Path) -> dict[str, torch.Tensor]:
-    """adult.data + adult.test -> standardised float32 features and int64 labels (see module doc)."""
-    (train_rows, dropped_train), (test_rows, dropped_test) = parse_rows(train_path), parse_rows(test_path)
+def preprocess(train_path: Path, test_path: Path, sha256: dict[str, str]) -> dict[str, torch.Tensor]:
+    """adult.data + adult.test -> standardised float32 features and int64 labels (see module doc).
+
+    `sha256`: file name -> the digest just verified; the bytes read are checked against it
+    (fedskew.data.fetch.reading), so a file that changed since it verified is refused."""
+    train, test = (read_verified(path, sha256[path.name]) for path in (train_path, test_path))
+    train_rows, dropped_train = parse_rows(train, train_path.name)
+    test_rows, dropped_test = parse_rows(test, test_path.name)
     num_train, hot_train, y_train = _encode(train_rows, train_path.name)
     num_test, hot_test, y_test = _encode(test_rows, test_path.name)
     mean, std = num_train.mean(axis=0), num_train.std(axis=0)
@@ -172,9 +183,10 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     """Download/verify adult.data and adult.test, preprocess once; return the cache path and the tensors."""
     folder = raw_dir(raw_root)
     entries = ensure_files(NAME, folder, source_files(), download)
-    key = {"preprocessing": PREPROCESSING, "sha256": {name: entry["sha256"] for name, entry in entries.items()}}
+    sha256 = {name: entry["sha256"] for name, entry in entries.items()}  # of the bytes on disk now
+    key = {"preprocessing": PREPROCESSING, "sha256": sha256}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems,
-                                          lambda: preprocess(folder / "adult.data", folder / "adult.test"))
+                                          lambda: preprocess(folder / "adult.data", folder / "adult.test", sha256))
 
 
 class Adult(FileSource):

@@ -24,6 +24,10 @@ Decoding decisions:
   whose single channel is replicated), stored uint8 [N, 3, 32, 32];
 * within a split, images are ordered by (class, file name), so the tensors do not depend
   on the order of members in the tarball.
+
+Reading: the tarball is decoded in place, streamed (never extracted, never held in memory whole), its
+bytes hashed as they are read against the sha256 just verified; a member with an absolute name or a
+`..`, a link, a device or a fifo makes it no CINIC-10 tarball (fedskew.data.fetch.reading).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import torch
 
 from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.fetch.reading import check_tar_member, verified_reader
 from fedskew.data.tensors import (
     CACHE,
     cached_tensors,
@@ -83,14 +88,16 @@ def _missing_folders(found: set[tuple[str, str]]) -> list[str]:
 
 
 def check_structure(archive: Path) -> None:
-    """Read the whole gzip stream (its CRC included) and check the tar has train/ and test/ PNGs of every class."""
+    """Read the whole gzip stream (its CRC included) and check the tar has train/ and test/ PNGs of every class,
+    and no member a dataset archive does not have (fedskew.data.fetch.reading.check_tar_member)."""
     found = set()
     try:
         with gzip.open(archive, "rb") as stream:  # tarfile stops at the tar end marker, before gzip's CRC
             while stream.read(1 << 20):
                 pass
         with tarfile.open(archive, "r:gz") as tar:
-            found = {place for member in tar if member.isfile() and (place := _member_place(member.name))}
+            found = {place for member in tar
+                     if check_tar_member(archive, member).isfile() and (place := _member_place(member.name))}
     except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise DatasetCorruptError(f"cannot read {archive.name} as a tar.gz: {error}") from error
     if missing := _missing_folders(found):
@@ -98,13 +105,17 @@ def check_structure(archive: Path) -> None:
                                   f"{' ...' if len(missing) > 5 else ''}")
 
 
-def _decode(archive: Path) -> dict[str, torch.Tensor]:
-    """Decode train/ and test/ PNGs of the verified tarball into uint8 NCHW tensors + int64 labels."""
+def _decode(archive: Path, sha256: str) -> dict[str, torch.Tensor]:
+    """Decode train/ and test/ PNGs of the verified tarball into uint8 NCHW tensors + int64 labels.
+
+    The tarball is read in place, as one stream whose bytes are hashed against `sha256` (the digest just
+    verified; fedskew.data.fetch.reading): nothing is written, and a tarball that changed since it verified is
+    refused before its tensors are cached."""
     items: dict[str, list[tuple[int, str, object]]] = {split: [] for split in SPLITS.values()}
     try:
-        with tarfile.open(archive, "r:gz") as tar:
+        with verified_reader(archive, sha256) as reader, tarfile.open(fileobj=reader, mode="r|gz") as tar:
             for member in tar:
-                place = _member_place(member.name) if member.isfile() else None
+                place = _member_place(member.name) if check_tar_member(archive, member).isfile() else None
                 if place is None or place[0] not in items:
                     continue
                 data = tar.extractfile(member).read()
@@ -131,8 +142,9 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     """Download/verify CINIC-10.tar.gz, decode it once; return the cache path and the tensors."""
     folder = raw_dir(raw_root)
     entries = ensure_files(NAME, folder, source_files(), download, HOW_TO_GET)
-    key = {"preprocessing": PREPROCESSING, "archive_sha256": entries[ARCHIVE]["sha256"]}
-    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))
+    sha256 = entries[ARCHIVE]["sha256"]  # of the bytes on disk now: keys the cache, checked again by the decode
+    key = {"preprocessing": PREPROCESSING, "archive_sha256": sha256}
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE, sha256))
 
 
 class CINIC10(FileSource):

@@ -14,7 +14,8 @@ leaf/data/femnist/data/test/*.json to data/raw/femnist/test/.
 On disk: data/raw/femnist/train/*.json, data/raw/femnist/test/*.json (LEAF format:
 {"users": [...], "num_samples": [...], "user_data": {user: {"x": [[784 floats]], "y": [...]}}}),
 VERIFIED.json (sha256, size and mtime of every JSON file: LEAF's output depends on its
-sampling seeds, so no digest can be pinned; the recorded digests key the cache), the
+sampling seeds, so no digest can be pinned; the files are hashed at every load, their digests
+key the cache and the decode checks the bytes it reads against them), the
 decoded cache of all writers tensors.pt + tensors.json, and for a writer subset the
 folder writers<k>-seed<s>/ with its own tensors.pt + tensors.json.
 
@@ -47,6 +48,7 @@ import torch
 
 from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.fetch.reading import read_verified
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
@@ -83,12 +85,13 @@ def _json_files(folder: Path) -> dict[str, Path]:
     return files
 
 
-def _read_split(paths: list[Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """user -> (uint8 [n, 1, 28, 28], int64 [n]) over LEAF JSON files."""
+def _read_split(paths: list[tuple[Path, str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """user -> (uint8 [n, 1, 28, 28], int64 [n]) over LEAF JSON files (path, the sha256 just recorded)."""
     users: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for path in paths:
+    for path, sha256 in paths:
+        raw = read_verified(path, sha256)  # a file that changed since it was hashed is refused
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(raw)
             names, user_data = data["users"], data["user_data"]
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise DatasetCorruptError(f"{path} is not a LEAF JSON file ({error!r})") from error
@@ -113,9 +116,11 @@ def _read_split(paths: list[Path]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return users
 
 
-def _decode(files: dict[str, Path]) -> dict[str, torch.Tensor]:
-    """All writers: x/y train and test, natural_groups (train writer index) and test_groups (-1: not a train writer)."""
-    splits = {s: _read_split([p for k, p in sorted(files.items()) if k.startswith(f"{s}/")]) for s in ("train", "test")}
+def _decode(files: dict[str, Path], digests: dict[str, str]) -> dict[str, torch.Tensor]:
+    """All writers: x/y train and test, natural_groups (train writer index) and test_groups (-1: not a train writer).
+    `digests`: the sha256 of each file, just hashed, which its bytes must still have."""
+    splits = {s: _read_split([(p, digests[k]) for k, p in sorted(files.items()) if k.startswith(f"{s}/")])
+              for s in ("train", "test")}
     writers = sorted(u for u, (_, y) in splits["train"].items() if len(y))
     index = {w: i for i, w in enumerate(writers)}
     out = {}
@@ -177,9 +182,9 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     folder = raw_dir(raw_root)
     files = _json_files(folder)
     remove_stale_temporaries(folder, ".*.tmp-*")
-    inputs = digest_of(tree_digests(files, folder / MARKER))
-    full_key = {"preprocessing": PREPROCESSING, "inputs": inputs}
-    full = cached_tensors(NAME, folder, full_key, problems, lambda: _decode(files))
+    digests = tree_digests(files, folder / MARKER)  # of the bytes on disk now: they key the cache
+    full_key = {"preprocessing": PREPROCESSING, "inputs": digest_of(digests)}
+    full = cached_tensors(NAME, folder, full_key, problems, lambda: _decode(files, digests))
     writers, seed = spec.get("writers"), int(spec.get("seed", 0))
     if writers is None:
         return folder / CACHE, full

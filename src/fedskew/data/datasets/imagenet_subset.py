@@ -18,8 +18,9 @@ project root) in the standard class-folder layout:
 Only the 12 class folders of WNIDS are read. Files ending in .JPEG/.jpeg/.jpg/.png count.
 
 On disk (data/raw/imagenet_subset/): VERIFIED.json (sha256, size and mtime of every image
-used; nothing can be pinned, so the digests are recorded and key the cache) and the
-decoded cache tensors.pt + tensors.json.
+used; nothing can be pinned, so the images are hashed at every load, their digests key the
+cache and the decode checks the bytes it reads against them) and the decoded cache
+tensors.pt + tensors.json.
 
 Preprocessing (deterministic for a given Pillow/libjpeg):
 * train = the 12 classes' train/ images, test = their val/ images; label = position of
@@ -32,6 +33,7 @@ Preprocessing (deterministic for a given Pillow/libjpeg):
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,7 @@ import torch
 
 from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.fetch.reading import read_verified
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems, stack_images
 
@@ -96,12 +99,14 @@ def list_images(imagenet_dir: Path) -> dict[str, Path]:
     return files
 
 
-def resize_crop(path: Path) -> np.ndarray:
-    """RGB, shorter side to SIZE (bilinear), centre SIZE x SIZE crop -> uint8 [3, SIZE, SIZE]."""
+def resize_crop(path: Path, sha256: str) -> np.ndarray:
+    """RGB, shorter side to SIZE (bilinear), centre SIZE x SIZE crop -> uint8 [3, SIZE, SIZE]; the image's bytes
+    must still have `sha256` (the digest just recorded)."""
     from PIL import Image, UnidentifiedImageError
 
+    data = read_verified(path, sha256)
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(data)) as image:
             rgb = image.convert("RGB")
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
         raise DatasetCorruptError(f"{path} is not a readable image: {error}") from error
@@ -114,12 +119,12 @@ def resize_crop(path: Path) -> np.ndarray:
     return np.asarray(cropped, dtype=np.uint8).transpose(2, 0, 1)
 
 
-def _decode(files: dict[str, Path]) -> dict[str, torch.Tensor]:
+def _decode(files: dict[str, Path], digests: dict[str, str]) -> dict[str, torch.Tensor]:
     out = {}
     for split, folder in SPLITS.items():
-        rows = sorted((WNIDS.index(key.split("/")[1]), key.split("/")[2], path)
-                      for key, path in files.items() if key.startswith(f"{folder}/"))
-        out[f"x_{split}"] = stack_images([resize_crop(path) for _, _, path in rows], IMAGE_SHAPE)
+        rows = sorted((WNIDS.index(key.split("/")[1]), key.split("/")[2], key)
+                      for key in files if key.startswith(f"{folder}/"))
+        out[f"x_{split}"] = stack_images([resize_crop(files[key], digests[key]) for _, _, key in rows], IMAGE_SHAPE)
         out[f"y_{split}"] = torch.tensor([label for label, _, _ in rows], dtype=torch.int64)
     return out
 
@@ -145,9 +150,9 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     if folder.is_dir():
         remove_stale_temporaries(folder, ".*.tmp-*")
     files = list_images(imagenet_dir)
-    key = {"preprocessing": PREPROCESSING, "wnids": list(WNIDS),
-           "inputs": digest_of(tree_digests(files, folder / MARKER))}
-    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(files))
+    digests = tree_digests(files, folder / MARKER)  # of the bytes on disk now: they key the cache
+    key = {"preprocessing": PREPROCESSING, "wnids": list(WNIDS), "inputs": digest_of(digests)}
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(files, digests))
 
 
 class ImageNetSubset(FileSource):

@@ -4,7 +4,9 @@ Source: http://cs231n.stanford.edu/tiny-imagenet-200.zip (about 248 MB).
 
 On disk: data/raw/tinyimagenet/tiny-imagenet-200.zip (downloaded, or placed there by
 hand), its VERIFIED.json marker and the decoded cache tensors.pt + tensors.json. Inside
-the zip (read in place, never extracted):
+the zip (never extracted: read from a private copy made while its bytes are hashed against the
+sha256 just verified, fedskew.data.fetch.reading; a member with an absolute name or a `..`, a
+link or a device makes it no Tiny ImageNet zip):
 
     tiny-imagenet-200/wnids.txt                       the 200 WordNet ids, one per line
     tiny-imagenet-200/words.txt                       wnid <tab> words (all of WordNet; unused)
@@ -35,6 +37,8 @@ import torch
 
 from fedskew.data.datasets.base import FileSource
 from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.fetch.reading import check_zip_member, copy_verified
+from fedskew.data.files import scratch_dir
 from fedskew.data.tensors import (
     CACHE,
     cached_tensors,
@@ -60,9 +64,10 @@ def raw_dir(raw_root: Path) -> Path:
     return Path(raw_root) / NAME
 
 
-def _index(zf: zipfile.ZipFile) -> tuple[list[str], dict[str, list[str]], list[tuple[str, str]], str]:
-    """(sorted wnids, wnid -> train member names, [(val member, wnid)], top folder) of the zip."""
-    names = zf.namelist()
+def _index(zf: zipfile.ZipFile, archive: Path) -> tuple[list[str], dict[str, list[str]], list[tuple[str, str]], str]:
+    """(sorted wnids, wnid -> train member names, [(val member, wnid)], top folder) of the zip `archive`; a
+    member with an absolute name or a '..', a link or a device makes it no Tiny ImageNet zip."""
+    names = [check_zip_member(archive, info).filename for info in zf.infolist()]
     tops = sorted((n for n in names if PurePosixPath(n).name == "wnids.txt"), key=len)
     if not tops:
         raise DatasetCorruptError(f"{ARCHIVE} has no wnids.txt")
@@ -102,16 +107,21 @@ def check_structure(archive: Path) -> None:
         with zipfile.ZipFile(archive) as zf:
             if (bad := zf.testzip()) is not None:
                 raise DatasetCorruptError(f"{ARCHIVE}: member {bad} fails its CRC check")
-            _index(zf)
+            _index(zf, archive)
     except (zipfile.BadZipFile, OSError, EOFError) as error:
         raise DatasetCorruptError(f"cannot read {archive.name} as a zip: {error}") from error
 
 
-def _decode(archive: Path) -> dict[str, torch.Tensor]:
+def _decode(archive: Path, sha256: str) -> dict[str, torch.Tensor]:
+    """Decode the verified zip's train and val images. A zip needs random access, so it is read from a private
+    copy in a scratch folder, made while hashing against `sha256` (the digest just verified): the bytes decoded
+    are those that verified, whatever happens to the file in data/raw meanwhile; on disk rather than in memory,
+    beside the 1.2 GB of decoded images."""
     size = (IMAGE_SHAPE[2], IMAGE_SHAPE[1])
     try:
-        with zipfile.ZipFile(archive) as zf:
-            wnids, train, val, _ = _index(zf)
+        with scratch_dir(archive.parent.parent, f".{NAME}.decode-") as scratch, \
+                zipfile.ZipFile(copy_verified(archive, scratch / ARCHIVE, sha256)) as zf:
+            wnids, train, val, _ = _index(zf, archive)
             rows = [(label, name) for label, w in enumerate(wnids) for name in sorted(train[w])]
             label_of = {w: label for label, w in enumerate(wnids)}
             val_rows = sorted((name, label_of[w]) for name, w in val)
@@ -135,8 +145,9 @@ def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Pat
     """Download/verify tiny-imagenet-200.zip, decode it once; return the cache path and the tensors."""
     folder = raw_dir(raw_root)
     entries = ensure_files(NAME, folder, source_files(), download)
-    key = {"preprocessing": PREPROCESSING, "archive_sha256": entries[ARCHIVE]["sha256"]}
-    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE))
+    sha256 = entries[ARCHIVE]["sha256"]  # of the bytes on disk now: keys the cache, checked again by the decode
+    key = {"preprocessing": PREPROCESSING, "archive_sha256": sha256}
+    return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE, sha256))
 
 
 class TinyImageNet(FileSource):

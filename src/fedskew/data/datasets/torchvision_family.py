@@ -8,12 +8,18 @@ by the md5s torchvision pins, and for the IDX archives by the md5s of their deco
 Fetching (a local folder first, then the network), verifying, the VERIFIED.json marker and the
 tensors.pt cache follow the rules every source follows, in fedskew.data.fetch. `raw_dir(name, root)`
 holds the archives exactly as torchvision names them (so they can be placed there by hand), the
-marker and the decoded cache. Decoding uses torchvision's own dataset classes. One module for the
-five: they differ only in the torchvision class and the archives' layout (TORCHVISION_DATASETS).
+marker and the decoded cache. Decoding uses torchvision's own dataset classes, on a private copy in a
+scratch folder made while the archives' bytes are hashed against the digests just verified: the IDX
+files decompressed, the CIFAR tar.gz unpacked member by member (any member outside the folder, link,
+device or fifo refused before it is written), SVHN's .mat files copied (fedskew.data.fetch.reading).
+One module for the five: they differ only in the torchvision class and the archives' layout
+(TORCHVISION_DATASETS).
 """
 
 from __future__ import annotations
 
+import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,7 @@ from fedskew.data.fetch import (
     SourceFile,
     ensure_files,
 )
+from fedskew.data.fetch.reading import copy_verified, extract_tar_verified, gunzip_verified
 from fedskew.data.files import scratch_dir
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
@@ -132,41 +139,62 @@ def prepare(name: str, root: Path, download: bool = True) -> Path:
 
 
 def load_tensors(name: str, root: Path, download: bool = True) -> RawTensors:
-    """Verified archives (see prepare), decoded once; later calls read raw_dir/tensors.pt while it verifies."""
+    """Verified archives (see prepare), decoded once; later calls read raw_dir/tensors.pt while it verifies.
+
+    The archives are hashed and verified on every call (ensure_files); the cache is keyed by the sha256 of
+    their bytes now, and the decode re-hashes what it reads against the same digests."""
     spec, folder = _spec(name), raw_dir(name, root)
     entries = ensure_files(name, folder, source_files(name), download, _how_to_get(name))
-    key = {"preprocessing": PREPROCESSING, "torchvision_class": spec.class_name,
-           "sha256": {filename: entry["sha256"] for filename, entry in entries.items()}}
+    sha256 = {filename: entry["sha256"] for filename, entry in entries.items()}
+    key = {"preprocessing": PREPROCESSING, "torchvision_class": spec.class_name, "sha256": sha256}
     tensors = cached_tensors(name, folder, key,
                              lambda t: split_problems(t, torch.uint8, spec.image_shape, spec.num_classes),
-                             lambda: _decode(name, folder))
+                             lambda: _decode(name, folder, sha256))
     return RawTensors(**tensors, num_classes=spec.num_classes)
 
 
-def _decode(name: str, directory: Path) -> dict[str, torch.Tensor]:
-    """Decode verified archives with torchvision's own dataset class; uint8 NCHW + int64 labels."""
-    from torchvision.datasets.utils import extract_archive
+def _unpack(name: str, directory: Path, sha256: dict[str, str], scratch: Path) -> None:
+    """Lay out the verified archives in `scratch` as torchvision's class reads them, from bytes hashed as they
+    are read (fedskew.data.fetch.reading): torchvision's classes take a folder, so they read this private copy,
+    never the archives in data/raw, which could change under them. No archive member is written outside
+    `scratch`, and no link, device or fifo is made."""
+    spec = _spec(name)
+    if spec.layout == "idx":  # MNIST/raw/<file without .gz>
+        unpack_to = scratch / spec.cls.__name__ / "raw"
+        unpack_to.mkdir(parents=True)
+        for filename, digest in sha256.items():
+            gunzip_verified(directory / filename, unpack_to / filename.removesuffix(".gz"), digest)
+    elif spec.layout == "cifar":  # <batches folder>/<pickled batches>
+        for filename, digest in sha256.items():
+            extract_tar_verified(directory / filename, scratch, digest)
+    else:  # svhn: the .mat files, as they are
+        for filename, digest in sha256.items():
+            copy_verified(directory / filename, scratch / filename, digest)
 
+
+def _decode(name: str, directory: Path, sha256: dict[str, str]) -> dict[str, torch.Tensor]:
+    """Decode verified archives (`sha256`: file name -> the digest just verified) with torchvision's own dataset
+    class; uint8 NCHW + int64 labels."""
     spec = _spec(name)
     cls = spec.cls
     try:
-        if spec.layout == "svhn":  # the .mat files are read in place
-            train, test = (cls(str(directory), split=s, download=False) for s in SVHN_SPLITS)
-            x = [torch.from_numpy(np.ascontiguousarray(d.data)) for d in (train, test)]
-            y = [torch.as_tensor(d.labels, dtype=torch.int64) for d in (train, test)]
-        else:
-            with scratch_dir(directory.parent, f".{name}.decode-") as scratch:
-                unpack_to = scratch / cls.__name__ / "raw" if spec.layout == "idx" else scratch
-                unpack_to.mkdir(parents=True, exist_ok=True)
-                for f in source_files(name):
-                    extract_archive(directory / f.filename, unpack_to)
+        with scratch_dir(directory.parent, f".{name}.decode-") as scratch:
+            _unpack(name, directory, sha256, scratch)
+            if spec.layout == "svhn":
+                train, test = (cls(str(scratch), split=s, download=False) for s in SVHN_SPLITS)
+                x = [torch.from_numpy(np.ascontiguousarray(d.data)) for d in (train, test)]
+                y = [torch.as_tensor(d.labels, dtype=torch.int64) for d in (train, test)]
+            else:
                 train, test = (cls(str(scratch), train=flag, download=False) for flag in (True, False))
                 if spec.layout == "idx":  # data: uint8 [N, H, W] tensor
                     x = [d.data.unsqueeze(1).contiguous() for d in (train, test)]
                 else:  # data: uint8 [N, H, W, C] numpy array
                     x = [torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous() for d in (train, test)]
                 y = [torch.as_tensor(d.targets, dtype=torch.int64) for d in (train, test)]
-    except (RuntimeError, OSError, ValueError, KeyError, EOFError) as error:  # torchvision's, pickle's, scipy's
+    except DatasetCorruptError:  # an archive that changed since it verified, or a member refused: said already
+        raise
+    except (RuntimeError, OSError, ValueError, KeyError, EOFError, tarfile.TarError, zlib.error) as error:
+        # torchvision's, pickle's, scipy's, gzip's and tarfile's errors
         raise DatasetCorruptError(
             f"verified archives in {directory.resolve()} could not be decoded by torchvision.datasets."
             f"{spec.class_name}: {error}. Delete that folder to download the dataset again."

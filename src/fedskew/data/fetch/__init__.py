@@ -24,8 +24,17 @@ femnist and imagenet_subset (files placed by hand). `ensure_files` is its one en
   md5s, actual md5, sha256 and size, how it verified (`verified_by`: archive-md5,
   payload-md5 or structure) and where it came from (`source`: download and its URL, folder
   or os-package and the path, registry-package with its name, version, wheel sha256 and member,
-  hand-placed). While it matches, files are not re-hashed;
-  a marker in any other shape just makes them be re-hashed.
+  hand-placed). It is a cache of a verification, never a substitute for one: every `ensure_files`
+  hashes each file (one streaming pass, once per dataset preparation: training jobs read the prepared
+  tensors) and compares the bytes with the pinned digests; the marker's entry for the same bytes
+  (same sha256) spares only the costly part of what it recorded (decompressing for a payload md5, a
+  structure check) and keeps where they came from. A file whose bytes changed is verified from
+  scratch, and refused, named and kept if it no longer verifies. A marker in any other shape is
+  rewritten.
+* The sha256 `ensure_files` returns are those of the bytes on disk now. A decode re-hashes the bytes
+  it reads against them, so a file swapped after the check is refused too; archives are unpacked
+  member by member into a scratch folder, refusing any member outside it, any link, device or fifo
+  (`reading`). The tensor cache is keyed by these digests: a raw file that changed never reuses it.
 * A hand-placed file in `data/raw/<name>/` that fails verification is reported, never deleted:
   it may be the user's only copy. Offline, the error lists the files to place and where, and
   the other ways to provide them.
@@ -70,16 +79,20 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
     """Make sure verified copies of `files` are in `folder`, fetching missing ones from the first source
     that has them: a local folder (fedskew.data.sources), then the network if `download` allows.
 
+    Every file already in `folder` is hashed and verified now (the marker spares only the costly parts of
+    a verification it recorded for the same bytes: fedskew.data.fetch.verify.verified), so the returned
+    sha256 are those of the bytes on disk now: a decoder checks what it reads against them
+    (fedskew.data.fetch.reading) and the tensor cache is keyed by them.
+
     Returns the marker's entries: filename -> {expected_md5, expected_payload_md5, md5, sha256, size,
     verified_by, source, ...}.
     """
     folder = Path(folder)
     remove_stale_temporaries(folder.parent, f".{name}.*-*")  # download/decode folders of killed runs
     remove_stale_temporaries(folder, ".*.tmp-*")  # half-written marker or cache files
-    recorded = _marker_entries(folder, files)
-    if recorded is not None:
-        return recorded
-    previous = (read_json(folder / MARKER) or {}).get("files")
+    written = read_json(folder / MARKER)
+    previous = (written or {}).get("files")
+    previous = previous if isinstance(previous, dict) else {}
     entries, missing = {}, []
     for f in files:
         path = folder / f.filename
@@ -88,47 +101,19 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
             continue
         try:
             entries[f.filename] = verified(name, f, path, f"in {folder.resolve()}",
-                                            {"kind": "hand-placed", "path": str(path.resolve())})
+                                            {"kind": "hand-placed", "path": str(path.resolve())},
+                                            previous.get(f.filename))
         except DatasetCorruptError as error:
             raise DatasetCorruptError(f"{error} Delete {path.resolve()} so that fedskew fetches it again, or "
                                       f"replace it with an intact copy.") from error
-    _keep_known_origins(entries, previous)
     if missing:
         entries.update(_fetch_missing(name, folder, missing, files, download, how_to_get))
     marker = {f.filename: {"expected_md5": f.md5, "expected_payload_md5": f.payload_md5, **entries[f.filename]}
               for f in files}
-    write_json_atomic(folder / MARKER, {"dataset": name, "files": marker})
+    if written != {"dataset": name, "files": marker}:
+        write_json_atomic(folder / MARKER, {"dataset": name, "files": marker})
     log.info("%s: verified %d file(s) in %s", name, len(files), folder)
     return marker
-
-
-def _marker_entries(folder: Path, files: list[SourceFile]) -> dict | None:
-    """The marker's per-file entries if they match today's expectations and the files' sizes."""
-    recorded = (read_json(folder / MARKER) or {}).get("files")
-    if not isinstance(recorded, dict) or set(recorded) != {f.filename for f in files}:
-        return None
-    for f in files:
-        entry, path = recorded[f.filename], folder / f.filename
-        if not isinstance(entry, dict) or "expected_md5" not in entry or entry["expected_md5"] != f.md5 \
-                or not isinstance(entry.get("sha256"), str) or not path.is_file() \
-                or path.stat().st_size != entry.get("size"):
-            return None
-        # A copy accepted by its content's digest stays trusted only while that digest is still the pinned one.
-        # (Markers without `verified_by`, from before payload digests, were all written for archive md5s.)
-        if entry.get("verified_by") == BY_PAYLOAD_MD5 and \
-                (f.payload_md5 is None or entry.get("expected_payload_md5") != f.payload_md5):
-            return None
-    return recorded
-
-
-def _keep_known_origins(entries: dict[str, dict], previous: object) -> None:
-    """Files already in the dataset folder count as placed by hand, unless the old marker recorded where
-    these very bytes (same sha256) came from: a file fedskew copied or downloaded earlier. Provenance only:
-    the files were verified all the same."""
-    for filename, entry in entries.items():
-        old = previous.get(filename) if isinstance(previous, dict) else None
-        if isinstance(old, dict) and old.get("sha256") == entry["sha256"] and isinstance(old.get("source"), dict):
-            entry["source"] = old["source"]
 
 
 # --- fetching: local folders, then the network ------------------------------------------------

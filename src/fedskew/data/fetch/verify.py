@@ -8,6 +8,9 @@ dataset path.
 * `md5=None` means the digest is unknown to fedskew (never guessed): the file is then
   checked structurally (the dataset module's `check` opens it and verifies the expected
   layout) and the md5 and sha256 of what was actually used are recorded in the marker.
+* A file is hashed every time it is verified. The marker's entry for the same bytes (same sha256) spares
+  only the costly part of the verification it recorded (the decompression for a payload md5, the
+  structure check) and keeps their provenance; a file whose bytes changed is verified from scratch.
 """
 
 from __future__ import annotations
@@ -58,11 +61,36 @@ class SourceFile:
 BY_ARCHIVE_MD5, BY_PAYLOAD_MD5, BY_STRUCTURE = "archive-md5", "payload-md5", "structure"
 
 
-def verified(name: str, f: SourceFile, path: Path, where: str, origin: dict) -> dict:
+def verified(name: str, f: SourceFile, path: Path, where: str, origin: dict, recorded: object = None) -> dict:
     """The marker entry of `path` (digests, how it verified, where it came from); DatasetCorruptError if it is
-    not an intact copy of `f`."""
+    not an intact copy of `f`.
+
+    The file is hashed every time (one pass). `recorded`, the marker's old entry for the file, counts only
+    where its sha256 is that of these very bytes: it then spares what is expensive to repeat of the
+    verification it recorded (decompressing for a payload md5, a structure check) and keeps where the
+    bytes came from. A file whose bytes changed is verified from scratch."""
     digests = file_digests(path)
-    return {**digests, **_verify(name, f, path, digests, where), "source": origin}
+    same_bytes = isinstance(recorded, dict) and recorded.get("sha256") == digests["sha256"] \
+        and recorded.get("size") == digests["size"]
+    how = _recorded_verification(f, digests, recorded) if same_bytes else None
+    if how is None:
+        how = _verify(name, f, path, digests, where)
+    if same_bytes and isinstance(recorded.get("source"), dict):
+        origin = recorded["source"]  # provenance only: these bytes were verified all the same
+    return {**digests, **how, "source": origin}
+
+
+def _recorded_verification(f: SourceFile, digests: dict, recorded: dict) -> dict | None:
+    """How the marker says these bytes verified, where that verification still holds under today's pins and
+    is one worth sparing; None otherwise (a file whose own md5 is pinned is simply compared again)."""
+    if recorded.get("expected_md5") != f.md5 or (f.md5 is not None and digests["md5"] == f.md5):
+        return None
+    if recorded.get("verified_by") == BY_PAYLOAD_MD5 and f.payload_md5 is not None \
+            and recorded.get("expected_payload_md5") == f.payload_md5 == recorded.get("payload_md5"):
+        return {"verified_by": BY_PAYLOAD_MD5, "payload_md5": f.payload_md5}
+    if recorded.get("verified_by") == BY_STRUCTURE and f.md5 is None:
+        return {"verified_by": BY_STRUCTURE}
+    return None
 
 
 def _verify(name: str, f: SourceFile, path: Path, digests: dict, where: str) -> dict:
