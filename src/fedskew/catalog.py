@@ -309,3 +309,4 @@ SWITCHED_OPTIONS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
 # The algorithms of the split family (fedskew.sfl): a cut model, no local model of the whole network.
 SPLIT_ALGORITHMS = frozenset({"scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1",
                               "splitfed_v2", "splitfed_v3"})
+

@@ -136,6 +136,18 @@ def cmd_verify(params: Params, args: argparse.Namespace) -> int:
     return worst
 
 
+def cmd_dvc_stages(params: Params, args: argparse.Namespace) -> None:
+    from fedskew import dvcstages
+
+    print(dvcstages.write_stages())
+
+
+def cmd_dvc_lock(params: Params, args: argparse.Namespace) -> None:
+    from fedskew import dvcstages
+
+    print("\n".join(dvcstages.record_lock()))
+
+
 def ui_links(uri: str, base_url: str) -> list[str]:
     """A link to each fedskew suite's runs table, in the UI's Model training mode (docs/tracking.md)."""
     from fedskew import tracking
@@ -341,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "runs table (make ui)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
+    sub.add_parser("dvc-stages", help="write dvc.yaml from params.yaml and the modules each phase imports (after a "
+                                      "change of run.suites)")
+    sub.add_parser("dvc-lock", help="write dvc.yaml, then record every stage's deps and params in dvc.lock without "
+                                    "running one (a change that leaves every result as it is)")
     add_packed_parser(sub)
     return parser
 
@@ -349,7 +365,8 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": cmd_methods,
             "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
-            "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui}
+            "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
+            "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

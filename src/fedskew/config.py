@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from fedskew import paths
+from fedskew import discovery, paths
 from fedskew.catalog import (
     DATASET_DEFAULTS,
     HYPERPARAMETERS,
@@ -248,12 +248,23 @@ class RunConfig:
     training: dict
 
     def to_dict(self) -> dict:
+        """The resolved configuration, as config.yaml and MLflow's params record it: with the numerics versions of
+        the pieces that compute it where one is not 1 (a run of version-1 pieces records none, as before versions)."""
+        versions = self.numerics_versions
         return {
             "suite": self.suite, "dataset": self.dataset, "dataset_spec": self.dataset_spec,
             "partition": self.partition, "partition_spec": self.partition_spec,
             "method": self.method, "method_spec": self.method_spec,
             "seed": self.seed, "training": self.training,
+            **({"numerics_versions": versions} if versions else {}),
         }
+
+    @property
+    def numerics_versions(self) -> dict[str, int]:
+        """The versions other than 1 of the engine, method, model, dataset source and partition scheme that compute
+        this run, read from their source files (fedskew.discovery): empty while all are at 1."""
+        return run_versions(self.method_spec.get("algorithm"), self.training.get("model"),
+                            self.dataset_spec.get("source"), self.partition_spec.get("scheme"))
 
     @cached_property
     def run_id(self) -> str:
@@ -265,7 +276,9 @@ class RunConfig:
         EXECUTION_SETTINGS: `training.threads`, which a cluster profile may override (the
         count actually used is recorded with the run in MLflow), and
         `training.on_divergence`, which only decides how a diverged run is reported.
-        Added: the version of the portable CPU kernels' recipe for the run's model
+        In it: the numerics versions of the pieces that compute the run (engine, method, model, dataset source,
+        partition scheme: `numerics_versions`, part of to_dict, read from their source files) where one is not 1,
+        so that raising a piece's version retrains exactly its runs. Added: the version of the portable CPU kernels' recipe for the run's model
         (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained;
         and `FEDSKEW_CPU_KERNELS=native` where it turns the pin off (x86-64: cpu_pin.kernels_in_run_id), since
         the CPU's own kernels give other numbers, so that a native run never takes a portable run's place. Ids
@@ -295,6 +308,18 @@ class RunConfig:
 
     def path(self, template: str) -> Path:
         return Path(template.format(**self.keys))
+
+
+def run_versions(algorithm: str | None, model: str | None, source: str | None, scheme: str | None) -> dict[str, int]:
+    """{piece: version} of the pieces that compute a run (engine, method, model, source, scheme), where the version
+    is not 1: each as its own source file sets it (fedskew.engine.VERSION, fedskew.models.VERSIONS, a method's,
+    source's or scheme's class attribute `version`), read without importing torch."""
+    versions = {"engine": discovery.module_constant("fedskew.engine", "VERSION"),
+                "method": discovery.declared_versions("method").get(algorithm, 1),
+                "model": discovery.module_constant("fedskew.models", "VERSIONS").get(model, 1),
+                "source": discovery.declared_versions("source").get(source, 1),
+                "scheme": discovery.declared_versions("scheme").get(scheme, 1)}
+    return {piece: version for piece, version in versions.items() if version != 1}
 
 
 class Params:

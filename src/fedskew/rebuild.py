@@ -23,9 +23,10 @@ is overwritten before it has been compared, and a difference is reported cell by
 silently replaced. Snakemake and DVC keep their own semantics: `make run` adds only a forced
 re-aggregation (cheap) to what `snakemake --cores all` does.
 
-Snakemake runs as a child process with its job blocks quieted: this module prints one line per
-finished run (its final accuracy) and per progress step, and keeps Snakemake's full output in
-`logs/rebuild/<suite...>.log`.
+Snakemake runs as a child process, its output going to `logs/rebuild/<suite...>.log` (job blocks
+quieted). This module learns what it does from its job events, which a logger plugin of this project
+writes as JSON lines into a pipe (src/snakemake_logger_plugin_fedskew), never from that text, and prints
+one line per progress step and per finished run (its final accuracy).
 """
 
 from __future__ import annotations
@@ -204,30 +205,52 @@ def report(checks: list[TableCheck], how: str, max_cells: int = 40) -> str:
 # ---- running Snakemake with a readable progress ------------------------------------------------
 
 class Progress:
-    """Reads Snakemake's output line by line and prints a short line for each progress step and
-    for each run whose metrics.json has appeared since (method, setting, seed, final accuracy)."""
+    """Follows a build through Snakemake's job events (`EVENTS_LOGGER`, one JSON object a line) and prints a
+    short line for each progress step, for each of `runs` whose training job has finished (method, setting,
+    seed, final accuracy), and for each failed job and workflow error.
+
+    A run is reported when a job that has it among its outputs finishes, so runs already up to date are not."""
 
     def __init__(self, runs: list, root: Path, out=sys.stdout):
-        # each run's metrics.json and its modification time now (None: absent): a run is reported once
-        # its file appears or changes, so runs that are up to date are not reported as trained
-        self.pending = {path: (cfg, _mtime(path)) for cfg in runs
-                        for path in [str(root / cfg.path(paths.RUN_METRICS))]}
+        self.runs = {cfg.path(paths.RUN_METRICS).as_posix(): cfg for cfg in runs}
+        self.root = root
+        self.outputs: dict[int, list[str]] = {}  # each started job's output files, by job id
         self.out = out
         self.started = time.time()
 
     def feed(self, line: str) -> None:
-        text = line.strip()
-        if text.endswith("done") and " of " in text and "steps" in text:
-            self.report_finished_runs()
-            self._print(f"[{time.time() - self.started:5.0f} s] {text}")
-        elif text.startswith(("Error in rule", "WorkflowError", "MissingInputException", "RuleException")):
-            self._print(text)
+        """One line of the events file. A line that is not an event is skipped: the build must go on."""
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(event, dict):
+            self.handle(event)
 
-    def report_finished_runs(self) -> None:
-        for path in [p for p, (_, before) in self.pending.items() if _mtime(p) not in (None, before)]:
-            cfg, _ = self.pending.pop(path)
+    def handle(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "job_info":
+            self.outputs[event.get("jobid")] = event.get("output") or []
+        elif kind == "job_finished":
+            self.report_trained(self.outputs.pop(event.get("job_id"), []))
+        elif kind == "progress":
+            done, total = event["done"], event["total"]
+            self._print(f"[{time.time() - self.started:5.0f} s] {done} of {total} steps "
+                        f"({100 * done // max(total, 1)}%) done")
+        elif kind == "job_error":
+            logs = ", ".join(event.get("log") or [])
+            self._print(f"Error in rule {event.get('rule_name')}, jobid {event.get('jobid')}"
+                        + (f"; its log: {logs}" if logs else ""))
+        elif kind == "error":  # its opening: the rest is in the end of Snakemake's output, shown on failure
+            lines = [text.strip() for text in str(event.get("message") or event.get("exception")).splitlines()]
+            lines = [text for text in lines if text] or ["(no message)"]
+            self._print(" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])  # "WorkflowError:" says little
+
+    def report_trained(self, outputs: list[str]) -> None:
+        for cfg in [self.runs.pop(path) for path in outputs if path in self.runs]:
             try:
-                accuracy = f"{json.loads(Path(path).read_text())['final_acc'] * 100:.2f} %"
+                record = json.loads((self.root / cfg.path(paths.RUN_METRICS)).read_text())
+                accuracy = f"{record['final_acc'] * 100:.2f} %"
             except (OSError, ValueError, KeyError, TypeError):
                 accuracy = "(metrics unreadable)"
             self._print(f"  trained {cfg.method} on {cfg.dataset}/{cfg.partition} seed {cfg.seed}: "
@@ -237,11 +260,9 @@ class Progress:
         print(text, file=self.out, flush=True)
 
 
-def _mtime(path: str) -> int | None:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
+# The logger plugin that writes Snakemake's job events as JSON lines (src/snakemake_logger_plugin_fedskew;
+# Snakemake finds it on the Python path, which _snakemake_env gives src/).
+EVENTS_LOGGER = "fedskew"
 
 
 # How long Snakemake may take to stop its jobs after a stop was forwarded, before its process group is killed.
@@ -313,34 +334,40 @@ class _StopForwarding:
 
 
 def run_snakemake(args: list[str], *, cwd: Path, runs: list, log_path: Path, env: dict | None = None) -> int:
-    """`snakemake <args>` in `cwd` with job blocks quieted; returns its exit code. Snakemake's full
-    output goes to `log_path` (and, when it fails, its last lines to stderr).
+    """`snakemake <args>` in `cwd`; returns its exit code. Snakemake's output (job blocks quieted) goes to
+    `log_path` (and, when it fails, its last lines to stderr); its job events to `Progress`.
 
     `--rerun-incomplete`: a run whose job was stopped (a forwarded stop, a kill, a pre-empted node) is
     trained again by the next build, resuming from its checkpoint, instead of stopping that build.
     SIGINT or SIGTERM stops Snakemake and its jobs first (`_StopForwarding`), then this process."""
-    command = [sys.executable, "-m", "snakemake", "--quiet", "rules", "host", "reason", "--rerun-incomplete", *args]
+    events_in, events_out = os.pipe()  # Snakemake's job events, through the logger plugin
+    command = [sys.executable, "-m", "snakemake", "--quiet", "rules", "host", "reason", "--rerun-incomplete",
+               "--logger", EVENTS_LOGGER, f"--logger-{EVENTS_LOGGER}-events-file", f"/dev/fd/{events_out}", *args]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     progress = Progress(runs, cwd)
-    with open(log_path, "a") as log, _StopForwarding() as stop, \
-            subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             bufsize=1, start_new_session=True) as child:
-        stop.attach(child)
+    with open(log_path, "a") as log, open(events_in, encoding="utf-8") as events, _StopForwarding() as stop:
         log.write(f"$ {' '.join(command)}   (in {cwd})\n")
-        tail: list[str] = []
-        for line in child.stdout:
-            log.write(line)
-            tail = (tail + [line.rstrip()])[-40:]
-            progress.feed(line)
-        code = child.wait()
-    progress.report_finished_runs()
+        log.flush()
+        output_start = log.tell()
+        try:
+            child = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     pass_fds=(events_out,), start_new_session=True)
+        finally:
+            os.close(events_out)  # Snakemake holds the only writing end now: the events end when it does
+        with child:
+            stop.attach(child)
+            for line in events:
+                progress.feed(line)
+            code = child.wait()
     if stop.signal is not None:
         print(f"fedskew: stopped by {signal.Signals(stop.signal).name}: Snakemake and its jobs have ended (exit "
               f"{code}); its output is in {log_path}. A stopped training job keeps its checkpoint: building again "
               "resumes it", file=sys.stderr, flush=True)
         stop.reraise()
     if code != 0:
-        print("\n".join(tail), file=sys.stderr)
+        with open(log_path, errors="replace") as log:
+            log.seek(output_start)
+            print("\n".join(log.read().splitlines()[-40:]), file=sys.stderr)
         print(f"fedskew: snakemake failed (exit {code}); its whole output is in {log_path}", file=sys.stderr)
     return code
 

@@ -1,17 +1,20 @@
-"""DVC on top of Snakemake: a parameter change re-runs exactly the phases and runs it affects."""
+"""DVC on top of Snakemake: `dvc status` names exactly the stages a change affects, and `dvc repro` re-runs exactly
+the phases and runs it affects.
+
+The status tests work on a copy of what a fresh clone holds, with no output built: `dvc status` trains nothing."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import venv_bin
+from fedskew import dvcstages
+from tests.conftest import REPO, venv_bin
 from tests.integration.test_workflow import make_copy, run
-
-pytestmark = pytest.mark.slow
 
 
 def stale_stages(root: Path) -> set[str]:
@@ -20,10 +23,120 @@ def stale_stages(root: Path) -> set[str]:
     return set(json.loads(result.stdout or "{}"))
 
 
-def metrics_mtimes(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.glob("results/runs/**/metrics.json")}
+def clone_copy(tmp_path: Path) -> Path:
+    """What a fresh clone holds for DVC: the code, the workflow, params.yaml, dvc.yaml, dvc.lock, DVC's config, and
+    the committed tables and figures (the aggregate stages' outputs, which git keeps); no data, partition or run."""
+    root = tmp_path / "clone"
+    for folder in ("src", "workflow"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("params.yaml", "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".dvc/.gitignore"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, root / name)
+    for suite in yaml.safe_load((REPO / "params.yaml").read_text())["run"]["suites"]:
+        for table in (REPO / "results/tables").glob(f"{suite}.*"):
+            (root / "results/tables").mkdir(parents=True, exist_ok=True)
+            shutil.copy(table, root / "results/tables" / table.name)
+        shutil.copytree(REPO / "results/figures" / suite, root / "results/figures" / suite)
+    assert run(["git", "init", "-q"], root).returncode == 0
+    return root
 
 
+def changes(root: Path) -> dict[str, set[str]]:
+    """Stage -> what `dvc status` says changed in it, but for outputs not built here (an output not in the cache,
+    or missing, also where a later stage depends on it)."""
+    result = run([venv_bin("dvc"), "status", "--json"], root)
+    assert result.returncode == 0, result.stderr
+    declared = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    outputs = {path for body in declared.values() for key in ("outs", "metrics", "plots")
+               for entry in body.get(key, []) for path in entry}
+    found: dict[str, set[str]] = {}
+    for stage, entries in json.loads(result.stdout or "{}").items():
+        reasons = set()
+        for entry in entries:
+            if isinstance(entry, str):  # "changed command"
+                reasons.add(entry)
+                continue
+            for path, what in entry.get("changed deps", {}).items():
+                if isinstance(what, dict):  # params.yaml: {key: modified | new | deleted}
+                    reasons |= {f"{path}: {key} {how}" for key, how in what.items()}
+                elif not (what == "deleted" and path in outputs):
+                    reasons.add(f"{path} {what}")
+            reasons |= {f"output {path} {what}" for path, what in entry.get("changed outs", {}).items()
+                        if what not in ("not in cache", "deleted")}
+        if reasons:
+            found[stage] = reasons
+    return found
+
+
+def edit_params(root: Path, edit) -> None:
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    edit(params)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_a_fresh_clone_flags_only_unbuilt_outputs_and_a_changed_lr_only_its_suites_stages(tmp_path):
+    root = clone_copy(tmp_path)
+    assert changes(root) == {}, f"dvc.lock is stale: run `{dvcstages.LOCK_COMMAND}`"
+
+    edit_params(root, lambda p: p["training"]["default"].update(lr=0.02))
+    assert changes(root) == {"train-default": {"params.yaml: training.default modified"},
+                             "aggregate-default": {"params.yaml: training.default modified"}}
+
+
+def test_a_methods_hyperparameter_flags_only_the_stages_of_the_suites_that_use_it(tmp_path):
+    root = clone_copy(tmp_path)
+
+    def second_suite(params: dict) -> None:
+        # A second suite of run.suites on data the default suite has already (the lock then records its stages
+        # without a download or partition to build): FedAvg, FedLC and MOON, no FedProx.
+        params["suites"]["other"] = {"settings": [{"dataset": "digits", "partitions": ["dir0.1"]}],
+                                     "methods": ["fedavg", "fedlc", "moon_mu1"], "seeds": [0]}
+        params["training"]["other"] = {k: v for k, v in params["training"]["default"].items() if k != "overrides"}
+        params["run"]["suites"] = ["default", "other"]
+
+    edit_params(root, second_suite)
+    lines = dvcstages.record_lock(root)  # trains nothing: the outputs of `other` are simply not recorded
+    assert lines[0].startswith("dvc.yaml written") and "train-other" in lines[0], lines
+    assert changes(root) == {}
+
+    base = (root / "params.yaml").read_text()
+    for method, key, value, affected in (("fedprox", "mu", 0.1, {"default"}), ("moon_mu1", "mu", 5.0, {"other"}),
+                                         ("fedlc", "tau", 0.5, {"default", "other"})):
+        (root / "params.yaml").write_text(base)
+        edit_params(root, lambda p: p["methods"][method].update({key: value}))
+        expected = {f"{phase}-{suite}": {f"params.yaml: methods.{method} modified"}
+                    for phase in ("train", "aggregate") for suite in affected}
+        assert changes(root) == expected, method
+
+
+def test_dvc_lock_records_an_edited_module_of_a_stage_and_refuses_a_change_of_what_it_builds(tmp_path):
+    root = clone_copy(tmp_path)
+    for module in ("fl/moon.py", "fl/fedprox.py"):
+        path = root / "src/fedskew" / module
+        path.write_text(path.read_text() + "\n# a comment\n")
+    # MOON is not a method of the default suite; FedProx is (its train stage runs it, its tables name its family)
+    edited = "src/fedskew/fl/fedprox.py modified"
+    assert changes(root) == {"train-default": {edited}, "aggregate-default": {edited}}
+    assert f"train-default: dependency {edited}: run `{dvcstages.LOCK_COMMAND}`" in dvcstages.lock_problems(root)
+
+    before = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    assert dvcstages.record_lock(root)[1].startswith("dvc.lock: deps and params recorded for train-default, "
+                                                     "aggregate-default;")
+    after = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    assert changes(root) == {} and dvcstages.lock_problems(root) == []
+    assert {name: entry.get("outs") for name, entry in after.items()} == \
+        {name: entry.get("outs") for name, entry in before.items()}  # the outputs as they were recorded
+    assert dvcstages.record_lock(root)[1] == "dvc.lock is up to date"
+
+    # A new learning rate changes the runs: recording it without them would call stale results current.
+    lock = (root / "dvc.lock").read_bytes()
+    edit_params(root, lambda p: p["training"]["default"].update(lr=0.02))
+    with pytest.raises(dvcstages.DvcFilesError, match=r"train-default: \d+ of its \d+ run ids .* `dvc repro`"):
+        dvcstages.record_lock(root)
+    assert (root / "dvc.lock").read_bytes() == lock
+
+
+@pytest.mark.slow
 def test_dvc_repro_reruns_only_what_a_training_change_affects(tmp_path, tiny_params):
     # Two datasets so that a change to one dataset's training settings has something to spare.
     tiny_params["suites"]["tiny"]["settings"] = [{"dataset": "digits", "partitions": ["dir0.5"]},
@@ -31,6 +144,7 @@ def test_dvc_repro_reruns_only_what_a_training_change_affects(tmp_path, tiny_par
     tiny_params["suites"]["tiny"]["methods"] = ["fedavg"]
     tiny_params["training"]["tiny"]["overrides"] = {"synth": {"model": "logreg"}}
     root = make_copy(tmp_path, tiny_params)
+    assert dvcstages.write_stages(root).startswith("dvc.yaml written")  # its stages are those of run.suites
     for cmd in (["git", "init", "-q"], [venv_bin("dvc"), "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
         assert run(cmd, root).returncode == 0
@@ -44,7 +158,7 @@ def test_dvc_repro_reruns_only_what_a_training_change_affects(tmp_path, tiny_par
     # Change the learning rate of the synthetic dataset only.
     tiny_params["training"]["tiny"]["overrides"]["synth"]["lr"] = 0.02
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
-    assert stale_stages(root) == {"train@tiny", "aggregate@tiny"}
+    assert stale_stages(root) == {"train-tiny", "aggregate-tiny"}
 
     second = run([venv_bin("dvc"), "repro"], root, FEDSKEW_TRACKING="0")
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -58,3 +172,7 @@ def test_dvc_repro_reruns_only_what_a_training_change_affects(tmp_path, tiny_par
     assert third.returncode == 0
     assert "Running stage" not in third.stdout and metrics_mtimes(root) == after
     assert stale_stages(root) == set()
+
+
+def metrics_mtimes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.glob("results/runs/**/metrics.json")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,12 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     clone = fresh_clone(origin, tmp_path / "clone")
     assert not (clone / "results/runs").exists() and (clone / "results/tables/tiny.md").exists()
 
+    # a plain snakemake on the fresh clone plans nothing: what the committed tables declare as inputs (the run
+    # files) is not there, and nothing there looks newer (it only notes that it has no record of them: README)
+    fresh = run([venv_bin("snakemake"), "-n"], clone)
+    assert fresh.returncode == 0 and "Nothing to be done" in fresh.stdout + fresh.stderr
+    assert "missing provenance" in fresh.stdout + fresh.stderr
+
     # the report on a fresh clone says what to run, and no traceback
     before = run([venv_bin("snakemake"), "--report", "results/report.html"], clone)
     assert before.returncode == 1
@@ -90,6 +97,11 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     # a readable progress: one line per trained run with its accuracy, no Snakemake job blocks
     trained = [line for line in lines if line.startswith("  trained ")]
     assert len(trained) == 8 and all("final accuracy" in line and line.endswith(" %") for line in trained)
+    # and a line per step, counted from Snakemake's job events: the training, then the forced aggregation
+    steps = [re.fullmatch(r"\[ *\d+ s\] (\d+) of (\d+) steps \(\d+%\) done", line) for line in lines]
+    counts = [(int(m[1]), int(m[2])) for m in steps if m]
+    total = counts[0][1]
+    assert counts == [(k, total) for k in range(1, total + 1)] + [(1, 1)] and total > 8
     assert "rule train:" not in done.stdout and "jobid" not in done.stdout
     assert len(list((clone / "results/runs/tiny").rglob("metrics.json"))) == 8
     assert git(clone, "status", "--porcelain", "results/tables") == ""

@@ -16,7 +16,7 @@ from fedskew.packed.archive import ship
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.runfiles import write_run_files
 from tests.conftest import REPO, venv_bin
-from tests.integration.test_workflow import make_copy, run
+from tests.integration.test_workflow import changed, jobs, make_copy, planned, run
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +33,18 @@ def test_the_shipped_ledger_target_plans_training_of_reproduce_suites_only(tmp_p
     imported = set(re.findall(r"rule import_suite:\n(?:.*\n)*?\s+wildcards: suite=(\S+)", plan))
     assert imported == set(reproduce.get("imported", []))  # their committed archives, imported, not trained
     assert plan.count("rule paper_table:") == len(paper_table_ids()) == 25
+
+    # aggregate reads all three files of each run, and of the transcriptions only those of the paper tables
+    # that print its suite (the values its dot plots mark): the default suite's none
+    inputs = {job["wildcards"]["suite"]: set(job["input"]) for job in jobs(root, "results/tables/fedlc_t4_synthetic.md",
+                                                                            "results/tables/default.md")
+              if job["rule_name"] == "aggregate"}
+    transcriptions = root / "src/fedskew/reproduce"
+    assert {p for p in inputs["fedlc_t4_synthetic"] if p.startswith(str(root / "src"))} == {
+        str(transcriptions / "papers/fedlc_t4.yaml"), str(transcriptions / "layouts/fedlc.yaml")}
+    runs = load_params(root / "params.yaml").runs(["default"])
+    assert inputs["default"] == {str(cfg.path(name)) for cfg in runs
+                                 for name in (paths.RUN_METRICS, paths.RUN_HISTORY, paths.RUN_CONFIG)}
 
 
 def test_ledger_and_paper_tables_build_from_a_tiny_suite(tmp_path, tiny_params) -> None:
@@ -70,3 +82,21 @@ def test_ledger_and_paper_tables_build_from_a_tiny_suite(tmp_path, tiny_params) 
     assert f"**{len(ledger['claims'])} claims: 0 reproduced, 0 partly, 0 not reproduced" in page
     t4 = (root / "results/papers/fedlc_t4.md").read_text()
     assert "not run: fedlc_t4_synthetic is not in reproduce.suites" in t4 and "paper 75.46 ± 0.52" in t4
+
+    # Each rule's inputs are the transcriptions it reads: a change to one re-runs those rules, and only them.
+    assert planned(root, "results/claims.md") == {}
+    reproduce = root / "src/fedskew/reproduce"
+    ledger = {"results/claims.md", "results/claims.json"}
+
+    def pages(tables):
+        return {paths.PAPER_TABLE.format(table=t, ext=ext) for t in tables for ext in ("md", "json")}
+
+    with changed(reproduce / "papers/fedlc_t4.yaml"):
+        assert planned(root, "results/claims.md") == {"paper_table": pages(["fedlc_t4"]), "claims": ledger}
+    with changed(reproduce / "layouts/flfcr.yaml"):  # lays out FL-FCR's tables, and only those
+        flfcr = yaml.safe_load((reproduce / "layouts/flfcr.yaml").read_text())
+        assert planned(root, "results/claims.md") == {"paper_table": pages(flfcr), "claims": ledger}
+    for source in ("claims/scala.yaml", "policy.yaml"):
+        with changed(reproduce / source):
+            assert planned(root, "results/claims.md") == {"claims": ledger}, source
+    assert planned(root, "results/claims.md") == {}

@@ -125,3 +125,56 @@ def test_a_summary_is_the_whole_first_paragraph():
 
     Details."""
     assert catalog.model_summary(doc) == "First line of a sentence that goes on."
+
+
+
+def test_the_versions_run_ids_read_from_the_source_are_the_pieces():
+    """Run ids read the numerics versions from the pieces' files without importing them (fedskew.discovery): that
+    reading must be what each registered piece says once imported, its own `version` or 1."""
+    from fedskew import discovery, engine, models
+    from fedskew.data.datasets import dataset_sources
+    from fedskew.data.partitions.registry import SCHEME_CLASSES
+
+    pieces = {"method": ALGORITHMS, "source": dataset_sources(), "scheme": SCHEME_CLASSES}
+    for kind, classes in pieces.items():
+        imported = {name: cls.version for name, cls in classes.items()}
+        assert discovery.declared_versions(kind) == imported, kind
+        assert all(type(v) is int and v >= 1 for v in imported.values()), (kind, imported)
+        # a version is a class's own: one its parent sets does not reach it
+        assert all(cls.version == vars(cls).get("version", 1) for cls in classes.values()), kind
+    assert discovery.module_constant("fedskew.models", "VERSIONS") == models.VERSIONS
+    assert set(models.VERSIONS) == set(MODELS)
+    assert discovery.module_constant("fedskew.engine", "VERSION") == engine.VERSION
+
+
+def test_a_version_is_not_inherited():
+    from fedskew.fl.fedprox import FedProx
+
+    class Raised(FedProx):
+        name = "raised"
+        version = 3
+
+    class Child(Raised):
+        name = "child"
+
+    assert (Raised.version, Child.version, FedProx.version) == (3, 1, 1)
+
+
+def test_a_raised_version_changes_exactly_its_runs_ids(monkeypatch):
+    """Versions at 1 leave every id as it was; a method raised to 2 moves the ids of that method's runs only, and
+    its config.yaml (to_dict) records the version."""
+    from fedskew import discovery
+    from fedskew.config import load_params
+    from tests.conftest import REPO
+
+    runs = load_params(REPO / "params.yaml").runs(["default", "methods"])
+    before = [cfg.run_id for cfg in runs]
+    assert all("numerics_versions" not in cfg.to_dict() for cfg in runs)  # nothing recorded for pieces at 1
+    declared = {**discovery.declared_versions("method"), "fedprox": 2}
+    monkeypatch.setattr(discovery, "declared_versions", lambda kind: declared if kind == "method" else {})
+    raised = load_params(REPO / "params.yaml").runs(["default", "methods"])
+    moved = {cfg.method_spec["algorithm"] for cfg, old in zip(raised, before, strict=True) if cfg.run_id != old}
+    unmoved = {cfg.method_spec["algorithm"] for cfg, old in zip(raised, before, strict=True) if cfg.run_id == old}
+    assert moved == {"fedprox"} and "fedprox" not in unmoved
+    assert {str(cfg.to_dict().get("numerics_versions")) for cfg in raised
+            if cfg.method_spec["algorithm"] == "fedprox"} == {"{'method': 2}"}

@@ -70,33 +70,6 @@ def test_references_come_from_the_files_outside_git(tmp_path):
     assert json.loads(found["json"]) == COMMITTED
 
 
-def test_progress_reports_runs_trained_now_and_not_those_already_there(tmp_path):
-    import io
-    import time
-
-    from fedskew import paths as fedskew_paths
-    from fedskew.config import load_params
-    from tests.conftest import TINY_PARAMS
-
-    runs = load_params(TINY_PARAMS).runs()[:3]
-    paths = [tmp_path / cfg.path(fedskew_paths.RUN_METRICS) for cfg in runs]
-    paths[0].parent.mkdir(parents=True)
-    paths[0].write_text('{"final_acc": 0.5}')  # up to date before the build
-    out = io.StringIO()
-    progress = rebuild.Progress(runs, tmp_path, out=out)
-    time.sleep(0.01)
-    for path, acc in ((paths[1], 0.8), (paths[0], 0.6)):  # trained now, and retrained (stale)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"final_acc": acc}))
-    progress.feed("3 of 10 steps (30%) done\n")
-    lines = out.getvalue().splitlines()
-    def line(cfg, accuracy):
-        return f"  trained {cfg.method} on {cfg.dataset}/{cfg.partition} seed {cfg.seed}: final accuracy {accuracy}"
-
-    assert sorted(lines[:2]) == sorted([line(runs[0], "60.00 %"), line(runs[1], "80.00 %")])
-    assert lines[2].endswith("3 of 10 steps (30%) done") and len(lines) == 3
-
-
 def write_run(folder, history="round,acc\n1,0.5\n", provenance="machine A", acc=0.5):
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text("method: fedavg\n")

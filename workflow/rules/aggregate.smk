@@ -1,11 +1,12 @@
 # Tables (md, csv, tex, json) and figures of one suite, from its run files. The tables (md, csv) and
 # every figure go into `snakemake --report` (captions in workflow/report/), under the suite's category.
-import hashlib
 
-REPRODUCE_DATA = Path(workflow.basedir).parent / "src" / "fedskew" / "reproduce"
-PAPER_VALUES_DIGEST = hashlib.sha256(b"".join(
-    p.read_bytes() for kind in ("papers", "layouts") for p in sorted((REPRODUCE_DATA / kind).glob("*.yaml"))
-)).hexdigest()
+
+def marked_paper_tables(suite):
+    """The paper tables whose values the suite's dot plots mark (fedskew.report.figures.paper_values)."""
+    from fedskew.report.figures import paper_values
+
+    return sorted({mark.table for marks in paper_values(suite).values() for mark in marks})
 
 
 def report_protocol(suite):
@@ -46,7 +47,11 @@ def figure_kind(wildcards):
 
 rule aggregate:
     input:
-        runs=lambda w: [str(cfg.path(paths.RUN_METRICS)) for cfg in suite_runs(w.suite)],
+        runs=lambda w: run_files(suite_runs(w.suite)),  # tables, curves and local drift read all three
+        # The transcriptions of the paper values its dot plots mark: of the paper tables that print this suite
+        # only, since the others do not change its figures (and on a fresh clone, where git writes src/ after
+        # results/, they would look newer than its committed tables).
+        transcriptions=lambda w: transcription_files(marked_paper_tables(w.suite)),
     output:
         md=report(paths.TABLE.format(suite="{suite}", ext="md"), caption="../report/table.rst",
                   category="suite {suite}", subcategory="tables", labels={"format": "markdown"}),
@@ -60,9 +65,6 @@ rule aggregate:
     params:
         protocol=lambda w: [P.training(w.suite, s["dataset"]) for s in P.raw["suites"][w.suite]["settings"]],
         report=lambda w: report_protocol(w.suite),  # read by the report's captions
-        # The paper values marked in the dot plots: a param, not an input, so that a changed transcription
-        # re-runs the job while cluster storage never has to stage source files.
-        paper_values=PAPER_VALUES_DIGEST,
     log:
         "logs/aggregate/{suite}.log",
     resources:

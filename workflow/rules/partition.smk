@@ -1,14 +1,25 @@
 # A seeded partition: client -> sample indices, label counts, content hash, heatmap (in the report).
+from fedskew import discovery
+
+
+def partition_spec(partition):
+    """The partition's spec, with its scheme's numerics version where it is not 1 (its class's `version`): a
+    scheme raised past 1 redraws its partitions; at 1 the params are what they always were."""
+    spec = P.partition_spec(partition)
+    version = discovery.declared_versions("scheme").get(spec["scheme"], 1)
+    return spec if version == 1 else {**spec, "scheme_version": version}
+
+
 rule partition:
     input:
-        paths.RAW_READY,
+        paths.RAW_READY,  # the dataset's manifest: the download job writes it last, over the tensors it names
     output:
         npz=paths.PARTITION,
         json=paths.PARTITION_JSON,
         heatmap=report(paths.PARTITION_HEATMAP, caption="../report/partition.rst", category="partitions",
                        subcategory="{dataset}", labels={"partition": "{partition}", "seed": "{seed}"}),
     params:
-        spec=lambda w: P.partition_spec(w.partition),
+        spec=lambda w: partition_spec(w.partition),
         dataset=lambda w: P.dataset_spec(w.dataset),
     log:
         "logs/partition/{dataset}/{partition}/seed{seed}.log",

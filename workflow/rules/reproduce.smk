@@ -4,16 +4,20 @@
 # results/imported/<suite>/ (docs/gpu.md). Cells of any other suite read "not run: <reason>", so these
 # targets never start a download or a GPU job. Both go into `snakemake --report` (category "papers");
 # `report_all` below gathers everything built for it.
+from fedskew.reproduce.claim import CLAIMS_DIR, load_claims
 from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.paper_tables import paper_table_ids
-
-REPRODUCE_DIR = Path(workflow.basedir).parent / "src" / "fedskew" / "reproduce"
+from fedskew.reproduce.policy import POLICY_FILE
 
 
 def reproduction_runs(suites):
-    """Run files (metrics and history) of the listed suites that `reproduce.suites` trains."""
-    wanted = [s for s in sorted(suites) if s in P.reproduce_suites]
-    return [str(cfg.path(template)) for cfg in P.runs(wanted) for template in (paths.RUN_METRICS, paths.RUN_HISTORY)]
+    """Run files of the listed suites that `reproduce.suites` trains."""
+    return run_files(P.runs([s for s in sorted(suites) if s in P.reproduce_suites]))
+
+
+def claimed_tables():
+    """The paper tables the claims are written over (claims/<paper>.yaml)."""
+    return sorted({claim.table for claim in load_claims()})
 
 
 def imported_marks(suites):
@@ -43,9 +47,9 @@ rule import_suite:
 rule paper_table:
     input:
         runs=lambda w: reproduction_runs(load_layouts()[w.table].suites()),
+        # For a suite of reproduce.imported, the mark stands for its run files: import_suite places them.
         imported=lambda w: imported_marks(load_layouts()[w.table].suites()),
-        transcription=str(REPRODUCE_DIR / "papers" / "{table}.yaml"),
-        layouts=sorted(str(p) for p in (REPRODUCE_DIR / "layouts").glob("*.yaml")),
+        transcriptions=lambda w: transcription_files([w.table]),  # what the paper prints, which runs fill it
     output:
         md=report(paths.PAPER_TABLE.format(table="{table}", ext="md"), caption="../report/paper_table.rst",
                   category="papers", subcategory="paper tables", labels={"table": "{table}"}),
@@ -58,11 +62,14 @@ rule paper_table:
 
 rule claims:
     input:
+        # Not read by the job: built with the ledger, so that `snakemake results/claims.md` (make reproduce)
+        # writes the papers' tables too.
         tables=[paths.PAPER_TABLE.format(table=t, ext="md") for t in paper_table_ids()],
         runs=reproduction_runs(P.reproduce_suites),
         imported=imported_marks(P.imported_suites),
-        claims=sorted(str(p) for p in (REPRODUCE_DIR / "claims").glob("*.yaml")),
-        policy=str(REPRODUCE_DIR / "policy.yaml"),   # the words and their thresholds
+        claims=source_files(CLAIMS_DIR.glob("*.yaml")),
+        policy=source_files([POLICY_FILE]),  # the words and their thresholds
+        transcriptions=lambda w: transcription_files(claimed_tables()),  # the tables the claims are checked on
     output:
         md=report(paths.CLAIMS.format(ext="md"), caption="../report/claims.rst", category="papers",
                   subcategory="claims ledger"),

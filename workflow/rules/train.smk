@@ -1,5 +1,7 @@
 # Training: one job per run, or, for suites with `seeds_per_job: all`, one job per grid point
-# that trains every seed of it in one process (see `fedskew train --seed`).
+# that trains every seed of it in one process (see `fedskew train --seed`). A job also reads its
+# checkpoint (not declared, docs/design.md) and, for its MLflow record only, the partition's .json (its
+# content hash, a tag) and .png (an artifact): MLflow observes, and no run file depends on them.
 import re
 
 SEEDS_TOGETHER = {s: spec["seeds"] for s, spec in P.raw["suites"].items() if spec.get("seeds_per_job") == "all"}

@@ -113,10 +113,16 @@ class Algorithm:
     hyperparameters: ClassVar[dict[str, float | bool]] = {}
     # Where the paper stands on each hyperparameter the paper leaves open (shown by `fedskew methods`).
     paper_status: ClassVar[dict[str, str]] = {}
+    # The numerics version: raised when a change moves the bits this method computes (its fingerprint in
+    # tests/fingerprints/ says so), which gives its runs new ids and so retrains them. It is the `version` a class
+    # sets in its own body, 1 if it sets none, never its parent's (run ids read it from this file without
+    # importing it: fedskew.discovery.declared_versions); a composition whose parent moves raises its own.
+    version: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A composition (class FedLCProx(FedLC, FedProx)) inherits the hyperparameters of all its parents."""
         super().__init_subclass__(**kwargs)
+        cls.version = vars(cls).get("version", 1)  # its own, as fedskew.discovery reads it
         merged: dict[str, float | bool] = {}
         for klass in reversed(cls.__mro__):
             merged.update(vars(klass).get("hyperparameters", {}))

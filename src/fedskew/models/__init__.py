@@ -34,7 +34,7 @@ from fedskew.models.resnet import resnet18, resnet32
 from fedskew.numerics import cpu_pin
 from fedskew.numerics.gemm import portable_layers
 
-__all__ = ["MODELS", "NEEDS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "SplittableNet",
+__all__ = ["MODELS", "NEEDS", "VERSIONS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "SplittableNet",
            "build_model", "example_info", "incompatibility"]
 
 
@@ -142,6 +142,14 @@ NEEDS: dict[str, InputNeeds] = {
     "mobilenetv2": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
 }
 assert set(NEEDS) == set(MODELS)
+# Each model's numerics version (its layers, their initialisation, its forward pass): raised when a change moves
+# the bits it computes (tests/fingerprints/), which gives its runs new ids. A literal: run ids read it from this
+# file without importing it (fedskew.discovery.module_constant).
+VERSIONS: dict[str, int] = {
+    "logreg": 1, "mlp": 1, "cnn": 1, "alexnet": 1, "fedlc_cnn_mnist": 1, "fedlc_cnn_cifar": 1, "resnet18": 1,
+    "resnet32": 1, "mobilenetv2": 1, "fed_dnn": 1, "flfcr_mlp": 1, "flfcr_cnn": 1,
+}
+assert set(VERSIONS) == set(MODELS)
 IMAGE_ONLY = {name for name, needs in NEEDS.items() if needs.image}
 # The smallest image side each image model can take (a fixed-shape model: its own side).
 MIN_IMAGE_SIDE = {name: max([needs.min_side, *(min(shape[1:]) for shape in needs.shapes)])

@@ -31,6 +31,14 @@ class DatasetSource:
     """One dataset source. Subclasses set `name` and implement `materialise` (or `generate`, below)."""
 
     name: ClassVar[str]
+    # The numerics version of what the source gives (its decoding, its scaling at load): raised when a change
+    # moves those bits (tests/fingerprints/), which gives the runs on it new ids. The `version` a class sets in
+    # its own body, 1 if it sets none (read without importing: fedskew.discovery.declared_versions).
+    version: ClassVar[int] = 1
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.version = vars(cls).get("version", 1)
     # Float feature vectors, taken as they are at load (Adult's numeric columns are standardised by its
     # decoder, its one-hots stay 0/1). Images are scaled to [0, 1] by `pixel_max`, then standardised per
     # channel with training statistics.

@@ -58,6 +58,14 @@ class Scheme:
     """
 
     name: ClassVar[str]
+    version: ClassVar[int] = 1
+    """The numerics version of the draw: raised when a change moves the partitions it draws (tests/fingerprints/),
+    which redraws them and retrains the runs on them. The `version` a class sets in its own body, 1 if it sets
+    none (read without importing: fedskew.discovery.declared_versions)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.version = vars(cls).get("version", 1)
     parameters: ClassVar[dict[str, type]] = {}
     """Parameter names and types (int or float); names absent from ``defaults`` are required."""
     defaults: ClassVar[dict[str, Any]] = {}

@@ -1,0 +1,527 @@
+"""dvc.yaml and dvc.lock from what computes each phase, so that `dvc status` names the stages Snakemake would rerun.
+
+dvc.yaml is written, never edited: `python -m fedskew dvc-stages` writes it from params.yaml and the imports of
+src/fedskew, and a test fails while the committed one is not what it writes.
+
+- One stage a phase: `download`, `partition`, and `train-<suite>`, `aggregate-<suite>` for each suite of
+  `run.suites` (a stage name takes letters, digits, `_` and `-`: a dot of a suite's name becomes `_`). Each calls
+  one Snakemake target (Snakemake reruns the jobs whose inputs or run ids changed; the outputs are `persist`ed so
+  DVC does not delete them first).
+- Its `deps` are the files its code runs: the modules its entry points import (every `import` of fedskew's own
+  modules, in functions too, followed to the end; PHASES), the files of the methods, dataset sources and partition
+  schemes its suites use (the modules that find their package's members by importing every file of it,
+  fedskew.discovery, contribute only those: DISCOVERING), the data a module reads beside it
+  (`Path(__file__).parent / "<name>"`), its Snakemake rule file, and the outputs of the stages before it.
+- Its `params` are the keys of params.yaml it reads, by name: a suite's train stage reads `suites.<suite>`,
+  `training.<suite>`, and `methods.`, `datasets.`, `partitions.` of the names it uses (a method the suite names
+  that `methods` does not define is an algorithm with its defaults: no key). DVC splits a key path at dots, so a
+  dot in a name is written `?` (one character, any: the key `partitions.dir0?5` reads `partitions: {dir0.5: ...}`).
+
+dvc.lock is what DVC records when it builds a stage (`dvc repro`, or `dvc commit` of outputs built otherwise).
+`python -m fedskew dvc-lock` writes dvc.yaml, then records in dvc.lock the deps and params of every stage as they
+are, trains and hashes no output: for a change that leaves every result as it is (a module moved, a comment, a
+suite outside run.suites). It refuses a change of what a stage builds (a run id, a dataset, a partition), which
+`dvc repro` rebuilds and records. Outputs keep the hashes dvc.lock records (under a stage's former name, too), and a
+dependency on an earlier stage's output takes the hash recorded for that output: the lock says what was built,
+whatever this machine holds.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedskew.config import ConfigError, Params, load_params
+from fedskew.runfiles import atomic_write_text
+
+STAGES_COMMAND = "python -m fedskew dvc-stages"
+LOCK_COMMAND = "python -m fedskew dvc-lock"
+
+
+class DvcFilesError(ConfigError):
+    """dvc.yaml or dvc.lock cannot be written as asked (reported in one line, as a params.yaml error is)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What a phase's Snakemake jobs run: `python -m fedskew <command>`, whose work is in `entry_points`."""
+
+    command: str
+    entry_points: tuple[str, ...]  # modules, or `module:function` for one function and the module's top level
+    rule: str
+
+
+# fedskew.config reads and checks params.yaml in every command; cli.cmd_<command> calls the rest.
+PHASES = {
+    "download": Phase("download", ("fedskew.config", "fedskew.data.registry"), "workflow/rules/download.smk"),
+    "partition": Phase("partition", ("fedskew.config", "fedskew.job:prepare_partition"),
+                       "workflow/rules/partition.smk"),
+    "train": Phase("train", ("fedskew.config", "fedskew.job"), "workflow/rules/train.smk"),
+    "aggregate": Phase("aggregate", ("fedskew.config", "fedskew.report.tables", "fedskew.report.figures",
+                                     "fedskew.report.local_drift"), "workflow/rules/aggregate.smk"),
+}
+
+# The modules that import every file of their package to find its members (fedskew.discovery), with the kind of
+# member: a stage depends on the members its suites use, not on the others.
+DISCOVERING = {"fedskew.fl": "algorithm", "fedskew.sfl": "algorithm", "fedskew.data.datasets": "source",
+               "fedskew.data.partitions.registry": "scheme"}
+
+_DATA_BESIDE = re.compile(r'Path\(__file__\)\.parent / "([\w.-]+)"')
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The code a phase runs
+
+
+def _with_parents(name: str) -> list[str]:
+    """`a.b.c` -> a, a.b, a.b.c: importing a module runs its packages' __init__ first."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+_IMPORTS = (ast.Import, ast.ImportFrom)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _import_nodes(tree: ast.Module, function: str | None) -> list[ast.AST]:
+    """Every import statement of the module; with `function`, those that run when the module is imported (outside
+    any function) and those of that one top-level function."""
+    every = [node for node in ast.walk(tree) if isinstance(node, _IMPORTS)]
+    if function is None:
+        return every
+    chosen = [node for node in tree.body if isinstance(node, _FUNCTIONS) and node.name == function]
+    if not chosen:
+        raise DvcFilesError(f"an entry point names {function}(), which its module does not define at its top "
+                            "level: correct fedskew.dvcstages.PHASES")
+    in_functions = {id(node) for f in ast.walk(tree) if isinstance(f, _FUNCTIONS)
+                    for node in ast.walk(f) if isinstance(node, _IMPORTS)}
+    return [n for n in every if id(n) not in in_functions] + [n for n in ast.walk(chosen[0]) if isinstance(n, _IMPORTS)]
+
+
+class SourceTree:
+    """fedskew's modules under root/src and what each imports (each file read once)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._imports: dict[str, set[str]] = {}
+
+    def file(self, module: str) -> Path | None:
+        """The file of `module` (a package's __init__.py), or None if there is none."""
+        base = self.root / "src" / Path(*module.split("."))
+        for candidate in (base / "__init__.py", base.with_suffix(".py")):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def package_of(self, module: str) -> str:
+        path = self.file(module)
+        return module if path is not None and path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def imports(self, entry: str) -> set[str]:
+        """The fedskew modules that `entry` (`module` or `module:function`) imports, with their packages."""
+        if entry not in self._imports:
+            self._imports[entry] = self._read_imports(entry)
+        return self._imports[entry]
+
+    def _read_imports(self, entry: str) -> set[str]:
+        name, _, function = entry.partition(":")
+        path = self.file(name)
+        if path is None:
+            raise DvcFilesError(f"{name} has no file under {self.root / 'src'}: correct fedskew.dvcstages.PHASES")
+        package = self.package_of(name)
+        found: set[str] = set()
+        for node in _import_nodes(ast.parse(path.read_text(), str(path)), function or None):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative: `.` is the module's package, each further dot one package up
+                    parts = package.split(".")
+                    base = ".".join([*parts[:len(parts) - node.level + 1], *([base] if base else [])])
+                # `from a import b` imports a, and b too where b is a module of a
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names
+                                   if self.file(f"{base}.{alias.name}"))]
+            for target in targets:
+                if target == "fedskew" or target.startswith("fedskew."):
+                    found.update(m for m in _with_parents(target) if self.file(m))
+        return found
+
+    def data_beside(self, module: str) -> list[Path]:
+        """The files or folders a module names beside itself (`Path(__file__).parent / "<name>"`): data it reads."""
+        path = self.file(module)
+        assert path is not None
+        return [path.parent / name for name in _DATA_BESIDE.findall(path.read_text())]
+
+    def code_of(self, phase: Phase, members: dict[str, set[str]]) -> list[str]:
+        """The files, relative to root, of every module `phase` runs and of the data they read beside them:
+        its entry points' imports followed to the end, and the members its suites use of each DISCOVERING module
+        among them (`members`: kind -> modules)."""
+        modules: set[str] = set()
+        walked: set[str] = set()
+        pending = [*phase.entry_points]
+        while pending:
+            entry = pending.pop()
+            if entry in walked:
+                continue
+            walked.add(entry)
+            name = entry.partition(":")[0]
+            found = self.imports(entry) | set(_with_parents(name))
+            modules |= found
+            pending += sorted(found - {name})  # each module it imports, whole
+            for discovering in found & DISCOVERING.keys():
+                package = self.package_of(discovering)
+                pending += sorted(m for m in members[DISCOVERING[discovering]] if m.startswith(package + "."))
+        files = {self.file(m) for m in modules} | {p for m in modules for p in self.data_beside(m)}
+        return sorted(str(f.relative_to(self.root)) for f in files)
+
+
+@dataclass(frozen=True)
+class Uses:
+    """The names of params.yaml that some suites train on, in order of first use."""
+
+    datasets: tuple[str, ...]
+    partitions: tuple[str, ...]
+    methods: tuple[str, ...]
+
+    @classmethod
+    def of(cls, params: Params, suites: list[str]) -> Uses:
+        bodies = [params.raw["suites"][s] for s in suites]
+        settings = [setting for body in bodies for setting in body["settings"]]
+        return cls(tuple(dict.fromkeys(s["dataset"] for s in settings)),
+                   tuple(dict.fromkeys(p for s in settings for p in s["partitions"])),
+                   tuple(dict.fromkeys(m for body in bodies for m in body["methods"])))
+
+    def members(self, params: Params) -> dict[str, set[str]]:
+        """Kind of member (DISCOVERING) -> the modules that define the members these suites use."""
+        from fedskew.algorithms import ALGORITHMS
+        from fedskew.data.datasets import dataset_sources
+        from fedskew.data.partitions.registry import SCHEME_CLASSES
+
+        return {"algorithm": {ALGORITHMS[params.method_spec(m)["algorithm"]].__module__ for m in self.methods},
+                "source": {dataset_sources()[params.dataset_spec(d)["source"]].__module__ for d in self.datasets},
+                "scheme": {SCHEME_CLASSES[params.partition_spec(p)["scheme"]].__module__ for p in self.partitions}}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The keys of params.yaml a stage reads
+
+
+def param_key(params: Params, section: str, name: str, *rest: str) -> str:
+    """DVC's key path for params.yaml's `section.name` (and deeper keys): a dot in `name` written `?`, or, where
+    `?` would also match another name of the section, as the one character a name may hold besides letters,
+    digits, `_` and `-` (workflow/schemas/params.schema.yaml): a dot."""
+    pattern = name
+    if "." in name:
+        pattern = name.replace(".", "?")
+        if [other for other in map(str, params.raw[section]) if fnmatch.fnmatchcase(other, pattern)] != [name]:
+            pattern = name.replace(".", "[!0-9A-Za-z_-]")
+    return ".".join([section, pattern, *rest])
+
+
+def suite_keys(params: Params, suite: str) -> list[str]:
+    """What a suite's runs and tables are made of: its grid, training, and the methods, datasets, partitions it
+    names (a method that `methods` does not define is an algorithm with its defaults: no key)."""
+    uses = Uses.of(params, [suite])
+    raw = params.raw
+    return [param_key(params, "suites", suite),
+            *([param_key(params, "training", suite)] if suite in raw.get("training", {}) else []),
+            *(param_key(params, "methods", m) for m in uses.methods if m in raw.get("methods", {})),
+            *(param_key(params, "datasets", d) for d in uses.datasets),
+            *(param_key(params, "partitions", p) for p in uses.partitions)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dvc.yaml
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    phase: str
+    suite: str | None  # None: the stage serves every suite of run.suites
+    body: dict
+
+
+def stage_name(phase: str, suite: str) -> str:
+    return f"{phase}-{suite.replace('.', '_')}"
+
+
+def stages(params: Params, root: Path) -> list[Stage]:
+    """dvc.yaml's stages for params.yaml and the code under root/src."""
+    suites = params.default_suites
+    names = [stage_name("train", s) for s in suites]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise DvcFilesError(f"run.suites holds suites that differ only by `.` and `_` ({', '.join(clashes)}); "
+                            "DVC's stage names cannot tell them apart: rename one in params.yaml")
+
+    tree = SourceTree(root)
+
+    def code(phase: str, suites_served: list[str]) -> list[str]:
+        return tree.code_of(PHASES[phase], Uses.of(params, suites_served).members(params)) + [PHASES[phase].rule]
+
+    every = Uses.of(params, suites)
+    settings = [param_key(params, "suites", s, "settings") for s in suites]
+    datasets = [param_key(params, "datasets", d) for d in every.datasets]
+    found = [
+        Stage("download", "download", None, {
+            "cmd": "snakemake --cores all download_all",
+            "deps": code("download", suites),
+            "params": ["run.suites", *settings, *datasets],
+            "outs": [{"data/raw": {"persist": True}}]}),
+        Stage("partition", "partition", None, {
+            "cmd": "snakemake --cores all partition_all",
+            "deps": ["data/raw", *code("partition", suites)],
+            "params": ["run.suites", *settings, *(param_key(params, "suites", s, "seeds") for s in suites), *datasets,
+                       *(param_key(params, "partitions", p) for p in every.partitions)],
+            "outs": [{"data/partitions": {"persist": True}}]}),
+    ]
+    for suite in suites:
+        found.append(Stage(stage_name("train", suite), "train", suite, {
+            "cmd": f"snakemake --cores all results/runs/{suite}/TRAINED",
+            "deps": ["data/raw", "data/partitions", *code("train", [suite])],
+            "params": suite_keys(params, suite),
+            "outs": [{f"results/runs/{suite}": {"persist": True}},
+                     {f"results/checkpoints/{suite}": {"persist": True}}]}))
+    for suite in suites:
+        found.append(Stage(stage_name("aggregate", suite), "aggregate", suite, {
+            "cmd": f"snakemake --cores all results/tables/{suite}.md",
+            "deps": [f"results/runs/{suite}", *code("aggregate", [suite])],
+            "params": suite_keys(params, suite),  # the tables print every spec and the protocol
+            "outs": [{f"results/tables/{suite}.{ext}": {"cache": False}} for ext in ("md", "csv", "tex")],
+            "metrics": [{f"results/tables/{suite}.json": {"cache": False}}],
+            "plots": [{f"results/figures/{suite}": {"cache": False}}]}))
+    return found
+
+
+HEADER = f"""\
+# Written by `{STAGES_COMMAND}` from params.yaml and the imports of src/fedskew: do not edit it, run that
+# again (after a change of run.suites, of a suite's names, or of the modules a phase imports; fedskew.dvcstages says
+# what each phase runs). tests/unit/test_dvc_lock.py fails while this file is not what it writes.
+#
+# DVC versions what the Snakemake workflow produces; it keeps no second DAG. Each stage calls one Snakemake target,
+# which reruns only the jobs whose inputs or run ids changed (outputs are `persist`ed so DVC does not delete them
+# first). `deps` are the modules the phase runs and the earlier stages' outputs; `params` are the keys of
+# params.yaml it reads, by name, so `dvc status` names exactly the stages a change affects. Train and aggregate are
+# one stage per suite of run.suites. A dot in a key's name is written `?`: DVC splits key paths at dots.
+"""
+
+
+def dvc_yaml_text(params: Params, root: Path) -> str:
+    """What `dvc-stages` writes into root/dvc.yaml for `params`."""
+    return HEADER + yaml.safe_dump({"stages": {s.name: s.body for s in stages(params, root)}}, sort_keys=False,
+                                   width=120)
+
+
+def write_stages(root: Path = Path(".")) -> str:
+    """Write root/dvc.yaml for root/params.yaml (the file DVC reads); a line saying what changed."""
+    params = load_params(root / "params.yaml")
+    text = dvc_yaml_text(params, root)
+    path = root / "dvc.yaml"
+    if path.exists() and path.read_text() == text:
+        return "dvc.yaml is up to date"
+    atomic_write_text(path, text)
+    return f"dvc.yaml written: stages {', '.join(yaml.safe_load(text)['stages'])}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# dvc.lock
+
+
+def _recorded_values(raw: dict, recorded: dict[str, Any]) -> dict:
+    """params.yaml's values with those a stage's lock entry records put back, key path by key path."""
+    old = copy.deepcopy(raw)
+    for key, value in recorded.items():
+        *parents, last = key.split(".")
+        node = old
+        for part in parents:
+            node = node.setdefault(_name_matching(node, part), {})
+        node[_name_matching(node, last)] = copy.deepcopy(value)
+    return old
+
+
+def _name_matching(node: dict, pattern: str) -> str:
+    matches = [k for k in node if fnmatch.fnmatchcase(str(k), pattern)]
+    return matches[0] if len(matches) == 1 else pattern
+
+
+def builds(params: Params, stage: Stage) -> Any:
+    """What a stage builds, as params.yaml decides it: its datasets, its partitions, or its suite's run ids."""
+    if stage.phase == "download":
+        return {d: params.dataset_spec(d) for d, _, _ in sorted(params.partitions_needed())}
+    if stage.phase == "partition":
+        return {f"{d}/{p}/seed{s}": [params.dataset_spec(d), params.partition_spec(p)]
+                for d, p, s in sorted(params.partitions_needed())}
+    return sorted(cfg.run_id for cfg in params.runs([stage.suite]))
+
+
+def _changed_builds(params: Params, stage: Stage, recorded: dict[str, Any]) -> str | None:
+    """None when the params a lock entry records build what params.yaml's do; else what differs."""
+    now = builds(params, stage)
+    try:
+        before = builds(Params(_recorded_values(params.raw, recorded)), stage)
+    except (KeyError, TypeError, ValueError) as error:  # the recorded values no longer fit together
+        return f"dvc.lock's params for it no longer resolve ({type(error).__name__}: {error})"
+    if before == now:
+        return None
+    if isinstance(now, list):
+        return f"{len(set(now) - set(before))} of its {len(now)} run ids are not those dvc.lock recorded"
+    differ = sorted(k for k in {*now, *before} if now.get(k) != before.get(k))
+    return f"{', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''} differ from what dvc.lock recorded"
+
+
+def _outs_paths(entry: dict) -> set[str]:
+    return {out["path"] for out in entry.get("outs", [])}
+
+
+def _repo(root: Path):
+    """DVC's own view of the project at root (dvc.yaml with dvc.lock)."""
+    from dvc.repo import Repo
+
+    if not (root / ".dvc").is_dir():
+        raise DvcFilesError(f"{root.resolve()} holds no .dvc/ folder: run this from the project's root")
+    return Repo(str(root))
+
+
+def record_lock(root: Path = Path(".")) -> list[str]:
+    """Write dvc.yaml, then record in dvc.lock every stage's deps (hashed by DVC) and params as they are, keeping
+    the outputs' hashes; trains nothing. Lines saying what changed. DvcFilesError, writing nothing to dvc.lock,
+    when a stage would now build something else than dvc.lock recorded."""
+    from dvc.exceptions import DvcException
+    from dvc.stage import PipelineStage
+    from dvc.stage.loader import StageLoader
+    from dvc.stage.serialize import to_single_stage_lockfile
+    from dvc.utils.serialize import dumps_yaml
+
+    lines = [write_stages(root)]
+    params = load_params(root / "params.yaml")
+    wanted = {stage.name: stage for stage in stages(params, root)}
+    lock_path = root / "dvc.lock"
+    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
+
+    with _repo(root) as repo, repo.lock:
+        loaded = {s.name: s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name in wanted}
+        # A stage's record: its own, or that of its former name (the one recording the same outputs).
+        previous = {}
+        for name, stage in loaded.items():
+            paths = {out.def_path for out in stage.outs}
+            previous[name] = recorded.get(name) or next(
+                (entry for entry in recorded.values() if _outs_paths(entry) == paths), {})
+        out_records = {out["path"]: out for entry in previous.values() for out in entry.get("outs", [])}
+        produced = {out.def_path for stage in loaded.values() for out in stage.outs}
+
+        refused, entries = [], {}
+        for name in wanted:  # dvc.yaml's order
+            stage = loaded[name]
+            StageLoader.fill_from_lock(stage, {
+                "outs": [out_records[o.def_path] for o in stage.outs if o.def_path in out_records],
+                "deps": [out_records[d.def_path] for d in stage.deps if d.def_path in out_records]})
+            for dep in stage.deps:
+                if dep.def_path not in produced:
+                    try:
+                        dep.save()  # DVC hashes the file, or reads the params' values
+                    except DvcException as error:  # a file dvc.yaml names is gone, a key is missing
+                        raise DvcFilesError(f"{name}: {error}") from None
+            before = previous[name].get("params", {}).get("params.yaml")
+            if before is not None and (change := _changed_builds(params, wanted[name], before)):
+                refused.append(f"{name}: {change}")
+            entry = to_single_stage_lockfile(stage)
+            for key in ("deps", "outs"):  # an output not built yet has no record: leave it out
+                entry[key] = [item for item in entry.get(key, []) if "md5" in item]
+                if not entry[key]:
+                    del entry[key]
+            entries[name] = entry
+    if refused:
+        written = "dvc.yaml written; " if lines[0].startswith("dvc.yaml written") else ""
+        raise DvcFilesError(
+            f"{written}dvc.lock not written: params.yaml changes what these stages build since it recorded them: "
+            + "; ".join(refused) + f". `dvc repro` builds and records them (or `dvc commit -f <stage>` where they "
+            f"are built here); `{LOCK_COMMAND}` records only changes that leave every result as it is")
+
+    text = dumps_yaml({"schema": "2.0", "stages": entries})
+    old_text = lock_path.read_text() if lock_path.exists() else ""
+    if text == old_text:
+        return [*lines, "dvc.lock is up to date"]
+    atomic_write_text(lock_path, text)
+    changed = [name for name, entry in entries.items() if recorded.get(name) != entry]
+    dropped = sorted(set(recorded) - set(entries))
+    if not changed and not dropped:
+        return [*lines, "dvc.lock: stages put in dvc.yaml's order; no record changed"]
+    return [*lines, "dvc.lock: deps and params recorded for " + (", ".join(changed) or "no stage")
+            + (f"; {', '.join(dropped)} dropped (not in dvc.yaml)" if dropped else "")
+            + "; outputs kept as recorded"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checks (the tests use them)
+
+
+def lock_problems(root: Path = Path(".")) -> list[str]:
+    """Where root/dvc.lock disagrees with dvc.yaml, the code and params.yaml, as DVC computes them: one line each,
+    empty when it agrees. Every stage is recorded with its command; every dependency path recorded exists as one
+    of the stage's; a dependency on an earlier stage's output carries the hash recorded for that output (which may
+    not be built here); every other dependency hashes as recorded; every params value is params.yaml's."""
+    from dvc.dependency import ParamsDependency
+    from dvc.stage import PipelineStage
+
+    fix = f"run `{LOCK_COMMAND}`"
+    lock_path = root / "dvc.lock"
+    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    problems = []
+    with _repo(root) as repo:
+        loaded = [s for s in repo.index.stages if isinstance(s, PipelineStage)]
+        outputs = {out.def_path: out for stage in loaded for out in stage.outs}
+        for name in sorted(set(recorded) - {s.name for s in loaded}):
+            problems.append(f"dvc.lock records stage {name}, which dvc.yaml does not have: {fix}")
+        for stage in loaded:
+            if stage.name not in recorded:
+                problems.append(f"{stage.name}: not in dvc.lock: {fix}")
+                continue
+            if stage.cmd_changed:
+                problems.append(f"{stage.name}: dvc.lock records another command: {fix}")
+            listed = {dep.def_path for dep in stage.deps}
+            recorded_paths = {dep["path"] for dep in recorded[stage.name].get("deps", [])}
+            for path in sorted(recorded_paths - listed):
+                gone = "" if (root / path).exists() else ", and it does not exist"
+                problems.append(f"{stage.name}: dvc.lock records dependency {path}, which dvc.yaml does not list"
+                                f"{gone}: {fix}")
+            for dep in stage.deps:
+                if isinstance(dep, ParamsDependency):
+                    changed = dep.workspace_status().get(str(dep), {})
+                    for key, status in changed.items():
+                        problems.append(f"{stage.name}: params.yaml key {key} {status}: {fix}")
+                    for key, value in (dep.hash_info.value or {}).items():
+                        if key not in changed and _value_at(raw, key) != value:
+                            problems.append(f"{stage.name}: dvc.lock's {key} is not params.yaml's: {fix}")
+                elif dep.def_path in outputs:
+                    if dep.hash_info != outputs[dep.def_path].hash_info:
+                        problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded as the output "
+                                        f"dvc.lock records for it: {fix}")
+                elif dep.def_path not in recorded_paths:
+                    problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded in dvc.lock: {fix}")
+                else:
+                    for path, status in dep.workspace_status().items():
+                        problems.append(f"{stage.name}: dependency {path} {status}: {fix}")
+    return problems
+
+
+_MISSING = object()
+
+
+def _value_at(raw: dict, key: str) -> Any:
+    """params.yaml's value at one of DVC's key paths (a dot of a name written `?` or as a class), or _MISSING."""
+    node: Any = raw
+    for part in key.split("."):
+        matches = [k for k in node if fnmatch.fnmatchcase(str(k), part)] if isinstance(node, dict) else []
+        if len(matches) != 1:
+            return _MISSING
+        node = node[matches[0]]
+    return node

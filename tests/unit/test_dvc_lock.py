@@ -1,0 +1,198 @@
+"""DVC's stages agree with Snakemake, and the committed dvc.lock is current (fedskew.dvcstages).
+
+dvc.yaml is what `python -m fedskew dvc-stages` writes for params.yaml and the code; each stage depends on the
+modules its phase runs and on the keys of params.yaml it reads, by name; and dvc.lock records every dependency
+and params value as DVC computes them now, so that a fresh clone's `dvc status` flags nothing but the outputs it
+has not built."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+
+import pytest
+import yaml
+
+from fedskew import dvcstages
+from fedskew.config import Params, load_params, read_params_file
+from fedskew.dvcstages import PHASES, DvcFilesError, SourceTree, Uses, param_key, stages, suite_keys
+from tests.conftest import REPO
+
+RAW = read_params_file(REPO / "params.yaml")
+
+
+def params_with(**changes):
+    """The committed params.yaml with top-level sections replaced (a deep copy)."""
+    return load_params({**copy.deepcopy(RAW), **changes})
+
+
+def stage_deps(params, name: str) -> list[str]:
+    return next(s for s in stages(params, REPO) if s.name == name).body["deps"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The committed files
+
+
+def test_dvc_yaml_is_what_dvc_stages_writes_for_params_yaml_and_the_code() -> None:
+    committed = (REPO / "dvc.yaml").read_text()
+    written = dvcstages.dvc_yaml_text(load_params(REPO / "params.yaml"), REPO)
+    diff = "".join(list(difflib.unified_diff(committed.splitlines(True), written.splitlines(True), "dvc.yaml",
+                                             "what dvc-stages writes"))[:60])
+    if committed != written:
+        pytest.fail(f"dvc.yaml is not what params.yaml and the code's imports give: run `{dvcstages.LOCK_COMMAND}` "
+                    f"(it writes dvc.yaml, then records dvc.lock)\n{diff}", pytrace=False)
+
+
+def test_the_committed_dvc_lock_agrees_with_the_code_and_params_yaml() -> None:
+    problems = dvcstages.lock_problems(REPO)
+    assert not problems, "dvc.lock is stale:\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# deps: the modules a phase runs
+
+
+def test_a_suites_train_stage_runs_the_files_of_its_own_methods_sources_and_schemes_only() -> None:
+    deps = stage_deps(load_params(REPO / "params.yaml"), "train-default")  # fedavg, fedprox, fedlc; digits, synthetic
+    for used in ("fl/fedavg.py", "fl/fedprox.py", "fl/fedlc.py", "fl/base.py", "fl/losses.py", "engine/simulation.py",
+                 "models/net.py", "numerics/gemm.py", "job.py", "data/datasets/digits.py",
+                 "data/datasets/synthetic.py", "data/partitions/dirichlet.py", "data/partitions/natural.py"):
+        assert f"src/fedskew/{used}" in deps, used
+    for unused in ("fl/moon.py", "fl/scaffold.py", "sfl/scala.py", "data/datasets/torchvision_family.py",
+                   "data/partitions/shards.py", "report/tables.py", "cli.py", "rebuild.py"):
+        assert f"src/fedskew/{unused}" not in deps, unused
+    assert deps[:2] == ["data/raw", "data/partitions"] and deps[-1] == "workflow/rules/train.smk"
+
+    # A split method brings its module (and what it imports) in; the federated ones it left stay out.
+    suites = copy.deepcopy(RAW["suites"])
+    suites["default"]["methods"] = ["scala"]
+    split = stage_deps(params_with(suites=suites), "train-default")
+    assert "src/fedskew/sfl/scala.py" in split and "src/fedskew/fl/fedprox.py" not in split
+
+
+def test_the_data_phases_do_not_depend_on_training_or_reporting_code() -> None:
+    params = load_params(REPO / "params.yaml")
+    download, partition = stage_deps(params, "download"), stage_deps(params, "partition")
+    assert "src/fedskew/data/registry.py" in download and "src/fedskew/data/fetch/verify.py" in download
+    # partition runs one function of job.py: its imports, not those of training
+    assert "src/fedskew/job.py" in partition and "src/fedskew/data/partitions/heatmap.py" in partition
+    for training in ("src/fedskew/engine/simulation.py", "src/fedskew/models/net.py", "src/fedskew/fl/fedavg.py",
+                     "src/fedskew/tracking/worker.py"):
+        assert training not in download and training not in partition, training
+    assert "src/fedskew/job.py" not in download
+
+
+def test_the_aggregate_stage_depends_on_the_paper_values_its_figures_read() -> None:
+    deps = stage_deps(load_params(REPO / "params.yaml"), "aggregate-default")
+    assert {"src/fedskew/reproduce/layouts", "src/fedskew/reproduce/papers", "src/fedskew/report/tables.py",
+            "results/runs/default"} <= set(deps)
+    assert "src/fedskew/engine/simulation.py" not in deps
+
+
+def _cli_command_modules(command: str) -> set[str]:
+    """The fedskew modules `python -m fedskew <command>` reaches from cli.cmd_<command>: those it imports, and
+    those the CLI imports at its top that it names."""
+    tree = ast.parse((REPO / "src/fedskew/cli.py").read_text())
+    bound = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedskew"):
+            for alias in node.names:
+                module = f"{node.module}.{alias.name}"
+                bound[alias.asname or alias.name] = module if SourceTree(REPO).file(module) else node.module
+    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"cmd_{command}")
+    named = {bound[n.id] for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in bound}
+    own = {f"{n.module}" for n in ast.walk(function) if isinstance(n, ast.ImportFrom) and n.module}
+    return {m for m in named | own if m.startswith("fedskew")}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_each_phase_runs_every_module_its_cli_command_reaches(phase: str) -> None:
+    params = load_params(REPO / "params.yaml")
+    tree = SourceTree(REPO)
+    files = set(tree.code_of(PHASES[phase], Uses.of(params, params.default_suites).members(params)))
+    reached = _cli_command_modules(PHASES[phase].command)
+    assert reached, phase
+    missing = sorted(m for m in reached if str(tree.file(m).relative_to(REPO)) not in files)
+    assert not missing, f"cli.cmd_{phase} reaches {missing}, which fedskew.dvcstages.PHASES[{phase!r}] misses"
+
+
+def test_every_module_that_imports_its_whole_package_is_known() -> None:
+    calling = set()
+    for path in (REPO / "src/fedskew").rglob("*.py"):
+        if path.name != "discovery.py" and any(
+                isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "discover"
+                for n in ast.walk(ast.parse(path.read_text()))):
+            module = ".".join(path.relative_to(REPO / "src").with_suffix("").parts)
+            calling.add(module.removesuffix(".__init__"))
+    assert calling == set(dvcstages.DISCOVERING)
+
+
+def test_every_data_file_in_the_package_is_read_by_a_module_that_names_it() -> None:
+    tree = SourceTree(REPO)
+    modules = [".".join(p.relative_to(REPO / "src").with_suffix("").parts).removesuffix(".__init__")
+               for p in (REPO / "src/fedskew").rglob("*.py")]
+    named = {p for m in modules for p in tree.data_beside(m)}
+    assert named and all(p.exists() for p in named), named
+    data = [p for p in (REPO / "src/fedskew").rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    unread = [str(p.relative_to(REPO)) for p in data if not any(p == n or n in p.parents for n in named)]
+    assert data and not unread, f"no module names these beside itself (Path(__file__).parent / ...): {unread}"
+
+
+def test_an_entry_point_naming_a_missing_function_is_refused_in_one_line() -> None:
+    phase = dvcstages.Phase("partition", ("fedskew.job:no_such_function",), "workflow/rules/partition.smk")
+    with pytest.raises(DvcFilesError, match=r"no_such_function\(\).*correct fedskew.dvcstages.PHASES"):
+        SourceTree(REPO).code_of(phase, {})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# params: the keys a stage reads
+
+
+def test_a_suites_stages_read_its_own_keys_by_name_and_no_whole_section() -> None:
+    params = load_params(REPO / "params.yaml")
+    keys = suite_keys(params, "default")
+    assert keys == ["suites.default", "training.default", "methods.fedavg", "methods.fedprox", "methods.fedlc",
+                    "datasets.digits", "datasets.synthetic_1_1", "partitions.dir0?1", "partitions.dir0?5",
+                    "partitions.q2", "partitions.natural"]
+    by_name = {s.name: s.body["params"] for s in stages(params, REPO)}
+    assert by_name["aggregate-default"] == keys
+    assert by_name["download"] == ["run.suites", "suites.default.settings", "datasets.digits", "datasets.synthetic_1_1"]
+    assert "suites.default.seeds" in by_name["partition"] and "training.default" not in by_name["partition"]
+
+
+def test_a_method_a_suite_names_that_methods_does_not_define_has_no_key() -> None:
+    params = load_params(REPO / "params.yaml")
+    assert "scaffold" in RAW["suites"]["methods"]["methods"] and "scaffold" not in RAW["methods"]
+    keys = suite_keys(params, "methods")
+    assert "methods.fedprox" in keys and not any(k.startswith("methods.scaffold") for k in keys)
+
+
+def test_a_dotted_name_is_a_key_dvc_reads_as_that_name_alone(tmp_path) -> None:
+    from dvc.dependency.param import read_param_file
+    from dvc.fs import LocalFileSystem
+
+    partitions = {"dir0.5": {"beta": 0.5}, "dir0_5": {"beta": 5}, "dir0.1": {"beta": 0.1}, "q2": {"alpha": 2}}
+    params = Params({"partitions": partitions})  # param_key reads only the section's names
+    keys = {name: param_key(params, "partitions", name) for name in partitions}
+    assert keys["dir0.1"] == "partitions.dir0?1" and keys["q2"] == "partitions.q2"
+    assert keys["dir0.5"] == "partitions.dir0[!0-9A-Za-z_-]5"  # `?` would also match dir0_5
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"partitions": partitions}))
+    read = read_param_file(LocalFileSystem(), str(tmp_path / "params.yaml"), list(keys.values()), flatten=True)
+    assert read == {keys[name]: spec for name, spec in partitions.items()}
+
+
+def test_a_suite_with_a_dot_gets_a_stage_name_dvc_accepts_and_clashing_names_are_refused() -> None:
+    suites = copy.deepcopy(RAW["suites"])
+    assert "split_long_p0.2" in suites
+    params = params_with(run={"suites": ["default", "split_long_p0.2"]})
+    names = [s.name for s in stages(params, REPO)]
+    assert names == ["download", "partition", "train-default", "train-split_long_p0_2", "aggregate-default",
+                     "aggregate-split_long_p0_2"]
+    suites["split_long_p0_2"] = suites["split_long_p0.2"]
+    clash = load_params({**copy.deepcopy(RAW), "suites": suites,
+                         "run": {"suites": ["split_long_p0.2", "split_long_p0_2"]}})
+    with pytest.raises(DvcFilesError, match="differ only by `.` and `_`.*rename one"):
+        stages(clash, REPO)
