@@ -6,6 +6,7 @@ Every command validates params.yaml first, so a bad value fails before any work.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -107,10 +108,27 @@ def _suites_of(params: Params, names: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names)) if names else params.default_suites
 
 
+def cmd_stale(params: Params, args: argparse.Namespace) -> None:
+    """The runs there are whose run id no longer matches params.yaml and the code (fedskew.stale)."""
+    from fedskew import stale
+
+    runs = stale.stale_runs(params, _suites_of(params, args.suite) if args.suite else None)
+    print(json.dumps([run.record() for run in runs], indent=1) if args.json else "\n".join(stale.report_lines(runs)))
+
+
+def _say_what_is_stale(params: Params, suites: list[str]) -> None:
+    """Before a build: which runs of its suites are out of date, so that none is used silently (fedskew.stale)."""
+    from fedskew import stale
+
+    for line in stale.summary_lines(params, suites):
+        print(line, flush=True)
+
+
 def cmd_run(params: Params, args: argparse.Namespace) -> int:
     """Build suites in place, then say whether every rebuilt table equals the committed one (`make run`)."""
     from fedskew import rebuild
 
+    _say_what_is_stale(params, _suites_of(params, args.suite))
     code, text = rebuild.run_in_place(params, _suites_of(params, args.suite), cores=args.cores)
     print(text, flush=True)
     return code
@@ -120,6 +138,7 @@ def cmd_reproduce(params: Params, args: argparse.Namespace) -> int:
     """Train reproduce.suites and build the papers' tables and the claims ledger (`make reproduce`)."""
     from fedskew import rebuild
 
+    _say_what_is_stale(params, sorted({*params.reproduce_suites, *params.imported_suites}))
     return rebuild.reproduce(params, cores=args.cores)
 
 
@@ -128,6 +147,7 @@ def cmd_verify(params: Params, args: argparse.Namespace) -> int:
     from fedskew import rebuild
 
     worst = 0
+    _say_what_is_stale(params, _suites_of(params, args.suite))
     for suite in _suites_of(params, args.suite):
         code, text = rebuild.verify_in_scratch(params, suite, cores=args.cores, keep=args.keep,
                                                methods=args.method, seeds=args.seed)
@@ -353,6 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "runs table (make ui)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
+    p = sub.add_parser("stale", help="the runs there are (trained here, or in the committed archives) whose run id no "
+                                     "longer matches params.yaml and the code, by cause, with the tables they feed")
+    p.add_argument("--suite", nargs="+", help="only these suites (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON record a run")
     sub.add_parser("dvc-stages", help="write dvc.yaml from params.yaml and the modules each phase imports (after a "
                                       "change of run.suites)")
     sub.add_parser("dvc-lock", help="write dvc.yaml, then record every stage's deps and params in dvc.lock without "
@@ -366,7 +390,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "models": cmd_models, "datasets": cmd_datasets, "partitions": cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
             "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
-            "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock}
+            "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

@@ -278,28 +278,15 @@ class RunConfig:
         `training.on_divergence`, which only decides how a diverged run is reported.
         In it: the numerics versions of the pieces that compute the run (engine, method, model, dataset source,
         partition scheme: `numerics_versions`, part of to_dict, read from their source files) where one is not 1,
-        so that raising a piece's version retrains exactly its runs. Added: the version of the portable CPU kernels' recipe for the run's model
-        (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained;
+        so that raising a piece's version retrains exactly its runs. Added (`identity`): the version of the portable
+        CPU kernels' recipe for the run's model (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed
+        under an older recipe is retrained;
         and `FEDSKEW_CPU_KERNELS=native` where it turns the pin off (x86-64: cpu_pin.kernels_in_run_id), since
         the CPU's own kernels give other numbers, so that a native run never takes a portable run's place. Ids
         under the portable kernels (the default) are those they always were. A FEDSKEW_CPU_KERNELS that
         fedskew does not know is a ConfigError.
         """
-        content = {k: v for k, v in self.to_dict().items() if k != "suite"}
-        content["training"] = {k: v for k, v in self.training.items()
-                               if k not in EXECUTION_SETTINGS and LATER_TRAINING_OPTIONS.get(k, object()) != v}
-        content["method_spec"] = {k: v for k, v in self.method_spec.items()
-                                  if LATER_OPTIONS.get(k, object()) != v}
-        recipe = cpu_pin.kernel_recipe(self.training["model"])
-        if recipe != 1:  # runs published before recipes had versions were computed under recipe 1
-            content["cpu_kernel_recipe"] = recipe
-        try:
-            kernels = cpu_pin.kernels_in_run_id()
-        except cpu_pin.CpuPinError as error:
-            raise ConfigError(str(error)) from None
-        if kernels is not None:
-            content["cpu_kernels"] = kernels
-        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+        return hash_identity(identity(self.to_dict()))
 
     @property
     def keys(self) -> dict[str, Any]:
@@ -308,6 +295,31 @@ class RunConfig:
 
     def path(self, template: str) -> Path:
         return Path(template.format(**self.keys))
+
+
+def identity(config: dict) -> dict:
+    """What a run id hashes (RunConfig.run_id): a resolved configuration as RunConfig.to_dict gives it (or as a
+    run's config.yaml records it), without what does not change its numbers, with what the code and the machine
+    add: the kernel recipe of its model and the kernel choice, as they are now."""
+    content = {k: v for k, v in config.items() if k not in ("suite", "run_id")}
+    content["training"] = {k: v for k, v in config["training"].items()
+                           if k not in EXECUTION_SETTINGS and LATER_TRAINING_OPTIONS.get(k, object()) != v}
+    content["method_spec"] = {k: v for k, v in config["method_spec"].items() if LATER_OPTIONS.get(k, object()) != v}
+    recipe = cpu_pin.kernel_recipe(config["training"]["model"])
+    if recipe != 1:  # runs published before recipes had versions were computed under recipe 1
+        content["cpu_kernel_recipe"] = recipe
+    try:
+        kernels = cpu_pin.kernels_in_run_id()
+    except cpu_pin.CpuPinError as error:
+        raise ConfigError(str(error)) from None
+    if kernels is not None:
+        content["cpu_kernels"] = kernels
+    return content
+
+
+def hash_identity(content: dict) -> str:
+    """The run id of an identity: the first 16 hex digits of the sha256 of its canonical JSON."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def run_versions(algorithm: str | None, model: str | None, source: str | None, scheme: str | None) -> dict[str, int]:

@@ -129,6 +129,16 @@ def read_metrics(cfg: RunConfig, root: Path = Path(".")) -> dict[str, Any]:
     return record
 
 
+def recorded_run_id(cfg: RunConfig, root: Path = Path(".")) -> str | None:
+    """The run id a run's metrics.json was written for, unchecked (None when it is absent or unreadable): to tell
+    an out-of-date run (another id) from the run of this configuration before reading it (read_metrics)."""
+    try:
+        record = json.loads((root / cfg.path(paths.RUN_METRICS)).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return record.get("run_id") if isinstance(record, dict) else None
+
+
 def _number(text: str) -> int | float | str:
     for kind in (int, float):
         try:

@@ -1,10 +1,13 @@
 """Raising a method's numerics version retrains exactly its runs: Snakemake plans FedProx's training and nothing
-else's, because the run id it tracks as a parameter folds in the version read from fedprox.py."""
+else's, because the run id it tracks as a parameter folds in the version read from fedprox.py; `fedskew stale`
+names the same runs."""
 
 from __future__ import annotations
 
 import copy
+import json
 import re
+import sys
 
 from tests.conftest import TINY_PARAMS, venv_bin
 from tests.integration.test_workflow import make_copy, run
@@ -34,3 +37,9 @@ def test_a_raised_method_version_plans_exactly_that_methods_training(tmp_path) -
     assert planned.returncode == 0, planned.stderr[-3000:]
     assert sorted(_planned_training(planned.stdout)) == ["fedprox", "fedprox"]  # its two seeds, no other method
     assert "Params have changed since last execution" in planned.stdout
+    # `fedskew stale` names the same runs, and why
+    listed = run([sys.executable, "-m", "fedskew", "stale", "--json"], root)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    records = json.loads(listed.stdout)
+    assert sorted((r["method"], r["seed"]) for r in records) == [("fedprox", 0), ("fedprox", 1)]
+    assert {r["cause"] for r in records} == {"method fedprox: version 1 -> 2"}

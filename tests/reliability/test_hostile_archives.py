@@ -355,18 +355,19 @@ def test_an_import_logs_its_runs_and_the_present_runs_mlflow_lacks(tiny_params, 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
     monkeypatch.setenv("FEDSKEW_TRACKING", "0")  # imported once with tracking off: in place, not in MLflow
-    cmd_import(params, argparse.Namespace(archive=[str(first)]))
+    cmd_import(params, argparse.Namespace(archive=[str(first)], skip_stale=False, mark=None))
     assert _recorded(home / "mlflow.db") == {}
 
     monkeypatch.setenv("FEDSKEW_TRACKING", "1")
     capsys.readouterr()
-    cmd_import(params, argparse.Namespace(archive=[str(first), str(second)]))
+    cmd_import(params, argparse.Namespace(archive=[str(first), str(second)], skip_stale=False, mark=None))
     out = capsys.readouterr().out
     assert "1 run(s) added to results/runs, 1 already there" in out and "2 run(s) logged to MLflow" in out
     assert _recorded(home / "mlflow.db") == {one.run_id: ("FINISHED", first.name),
                                              two.run_id: ("FINISHED", second.name)}
 
-    cmd_import(params, argparse.Namespace(archive=[str(first), str(second)]))  # all recorded: nothing logged again
+    # all recorded: nothing logged again
+    cmd_import(params, argparse.Namespace(archive=[str(first), str(second)], skip_stale=False, mark=None))
     assert "logged to MLflow" not in capsys.readouterr().out
     assert set(_recorded(home / "mlflow.db")) == {one.run_id, two.run_id}
 
@@ -388,7 +389,7 @@ def test_a_logging_failure_keeps_the_files_and_names_the_track_command(tiny_para
     monkeypatch.setattr(job, "log_run_files", unreachable)
     with pytest.raises(job.TrackingError, match=r"1 imported run\(s\) could not be logged to MLflow; their files are "
                                                 r"in place: `python -m fedskew track --suite tiny` logs them later"):
-        cmd_import(params, argparse.Namespace(archive=[str(shipped)]))
+        cmd_import(params, argparse.Namespace(archive=[str(shipped)], skip_stale=False, mark=None))
     assert len(_placed(home)) == 3
 
 

@@ -35,12 +35,15 @@ import json
 import os
 import re
 import tarfile
+import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+import yaml
 
 from fedskew import paths
 from fedskew.config import Params, RunConfig
@@ -92,6 +95,14 @@ def archived_run_ids(out_dir: Path) -> set[str]:
         manifest = _read_archive(archive)
         ids.update(entry["run_id"] for entry in manifest["runs"])
     return ids
+
+
+def archived_configs(archive: Path) -> list[dict]:
+    """The config.yaml of every run an archive holds, parsed (the archive verified against its manifest first)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        manifest = _read_archive(archive, Path(scratch))
+        return [yaml.safe_load((Path(scratch) / name).read_text()) for name in sorted(manifest["files"])
+                if name.endswith("/config.yaml")]
 
 
 def ship(runs: list[RunConfig], out_dir: Path, root: Path = Path("."), max_bytes: int = MAX_ARCHIVE_BYTES,
@@ -182,6 +193,7 @@ class ImportReport:
     imported: list[tuple[RunConfig, dict]] = field(default_factory=list)  # (run, its provenance), placed now
     already: list[RunConfig] = field(default_factory=list)                # present with the same bytes
     sources: dict[str, Path] = field(default_factory=dict)                # run id -> the (first) archive holding it
+    stale: list[dict] = field(default_factory=list)                       # left out, out of date (skip_stale)
 
 
 class _RunFileHeader(tarfile.TarInfo):
@@ -301,9 +313,11 @@ def _stage_file(target: Path | None) -> Iterator[Callable[[bytes], None]]:
         yield write
 
 
-def _check_runs(path: Path, params: Params, manifest: dict) -> list[RunConfig]:
-    """Each run of the manifest as params.yaml defines it (same run id), its three files present."""
-    checked = []
+def _check_runs(path: Path, params: Params, manifest: dict, stale: list[dict] | None = None) -> list[RunConfig]:
+    """Each run of the manifest as params.yaml defines it (same run id), its three files present. With `stale` (a
+    list), a run whose id params.yaml and the code no longer give it is left out and recorded there instead of
+    refused (fedskew.stale says why)."""
+    checked, members = [], set()
     for entry in manifest["runs"]:
         try:
             keys = (entry["suite"], entry["dataset"], entry["partition"], entry["method"], int(entry["seed"]))
@@ -314,6 +328,11 @@ def _check_runs(path: Path, params: Params, manifest: dict) -> list[RunConfig]:
             cfg = params.run(*keys)
         except Exception as error:  # noqa: BLE001 - ConfigError or a KeyError of an unknown suite
             raise ArchiveError(f"{path}: run {'/'.join(map(str, keys))} is not a run of params.yaml ({error})") from error
+        members.update(_member(cfg, n) for n in RUN_FILES)
+        if cfg.run_id != entry["run_id"] and stale is not None:
+            stale.append({"run": cfg.path(paths.RUN_DIR).as_posix(), "run_id": entry["run_id"],
+                          "current_run_id": cfg.run_id, "archive": str(path)})
+            continue
         if cfg.run_id != entry["run_id"]:
             why = ("FEDSKEW_CPU_KERNELS=native gives every run another id than its portable one: import it under "
                    "the portable kernels" if cpu_pin.kernels_in_run_id() else
@@ -323,7 +342,7 @@ def _check_runs(path: Path, params: Params, manifest: dict) -> list[RunConfig]:
         if any(_member(cfg, n) not in manifest["files"] for n in RUN_FILES):
             raise ArchiveError(f"{path}: {cfg.path(paths.RUN_DIR)} lacks one of {', '.join(RUN_FILES)}")
         checked.append(cfg)
-    if {_member(cfg, n) for cfg in checked for n in RUN_FILES} != set(manifest["files"]):
+    if members != set(manifest["files"]):
         raise ArchiveError(f"{path}: it holds files of runs its manifest does not list")
     return checked
 
@@ -342,13 +361,15 @@ class _StagedRun:
     digests: dict[str, str]   # file name -> sha256
 
 
-def _stage_runs(params: Params, archives: list[Path], scratch: Path) -> dict[str, _StagedRun]:
-    """Every run of every archive, read, verified and staged under `scratch` (by its results/runs path)."""
+def _stage_runs(params: Params, archives: list[Path], scratch: Path,
+                stale: list[dict] | None = None) -> dict[str, _StagedRun]:
+    """Every run of every archive, read, verified and staged under `scratch` (by its results/runs path); with
+    `stale`, the out-of-date runs are recorded there and left out (_check_runs)."""
     staged: dict[str, _StagedRun] = {}
     for k, path in enumerate(archives):
         stage = scratch / f"{k:04d}"
         manifest = _read_archive(path, stage)
-        for cfg in _check_runs(path, params, manifest):
+        for cfg in _check_runs(path, params, manifest, stale):
             try:
                 record = read_metrics(cfg, stage)  # its own digests, before it counts
                 for name in RUN_FILES:  # placed as text (fedskew.runfiles): refuse bytes that are not
@@ -365,15 +386,18 @@ def _stage_runs(params: Params, archives: list[Path], scratch: Path) -> dict[str
     return staged
 
 
-def import_archives(params: Params, archives: list[Path], root: Path = Path(".")) -> ImportReport:
+def import_archives(params: Params, archives: list[Path], root: Path = Path("."),
+                    skip_stale: bool = False) -> ImportReport:
     """Import the runs of `archives` into `root`, all or none: every archive is verified and every run staged
-    first, then the new runs' files are placed (metrics.json last in each), or taken back if a write fails."""
+    first, then the new runs' files are placed (metrics.json last in each), or taken back if a write fails.
+    A run whose id params.yaml and the code no longer give it is refused; with `skip_stale` it is left out and
+    named in the report's `stale` (what the reproduction does: its cells then say so)."""
     report = ImportReport()
     results = root / "results"
     results_existed = results.exists()
     try:
         with scratch_dir(results, ".import-") as scratch:
-            staged = _stage_runs(params, archives, scratch)
+            staged = _stage_runs(params, archives, scratch, report.stale if skip_stale else None)
             new = []
             for run in staged.values():
                 present = root / run.cfg.path(paths.RUN_DIR)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 from pathlib import Path
@@ -91,8 +92,19 @@ def cmd_import(params: Params, args: argparse.Namespace) -> None:
     from fedskew import job
     from fedskew.packed.archive import import_archives
 
-    report = import_archives(params, [Path(a) for a in args.archive])
+    if not args.archive and not args.mark:
+        from fedskew.config import ConfigError
+
+        raise ConfigError("packed import needs the archives to import: `python -m fedskew packed import <archive>...`")
+    report = import_archives(params, [Path(a) for a in args.archive], skip_stale=args.skip_stale)
     print(f"packed import: {len(report.imported)} run(s) added to results/runs, {len(report.already)} already there")
+    for entry in report.stale:
+        print(f"packed import: left out {entry['run']} of {entry['archive']}: trained as run {entry['run_id']}, "
+              f"which params.yaml and the code now make {entry['current_run_id']} (`python -m fedskew stale` says why)")
+    if args.mark:  # the reproduction's mark that the suite is imported, with what it left out (its cells say so)
+        from fedskew.runfiles import atomic_write_text
+
+        atomic_write_text(Path(args.mark), json.dumps({"stale": report.stale}, indent=1) + "\n")
     if job.tracking_enabled():
         _log_imported_runs(report)
 
@@ -170,7 +182,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="folder for the archives (runs its archives hold are not packed again)")
     p.add_argument("--max-mb", type=float, default=16.0, dest="max_mb", help="largest archive in MiB (default 16)")
     p = verbs.add_parser("import", help="verify archives and add their runs to results/runs and MLflow")
-    p.add_argument("archive", nargs="+")
+    p.add_argument("archive", nargs="*", help="the archives (none: with --mark, only the mark is written)")
+    p.add_argument("--skip-stale", action="store_true", dest="skip_stale",
+                   help="leave out, and name, the runs whose run id params.yaml and the code no longer give them "
+                        "(without it such a run refuses the import)")
+    p.add_argument("--mark", help="write this JSON file once imported: the runs left out as out of date")
 
 
 def cmd_packed(params: Params, args: argparse.Namespace) -> None:

@@ -89,8 +89,11 @@ def _line_text(line: dict, places: int, paper: bool) -> str:
 def result_text(result: dict, floor: int, paper: bool = False) -> str:
     """The evidence of a verdict: each column's effect (with its interval on our runs) or each line's
     points, net change and the step most against the trend; what is not run, and why."""
+    stale = "; ".join(f"{row} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                      for row, seeds in result.get("stale", {}).items())
+    stale = f" [out of date, left out until trained again: {stale}]" if stale else ""
     if result["verdict"] == NOT_RUN:
-        return f"not run: {result.get('reason', 'no cell of this claim has our numbers')}"
+        return f"not run: {result.get('reason', 'no cell of this claim has our numbers')}{stale}"
     # the paper's differences are exact at its printed precision; ours print at 3 significant digits or more
     places = floor if paper else _places(result, floor)
     if "parts" in result:
@@ -99,7 +102,7 @@ def result_text(result: dict, floor: int, paper: bool = False) -> str:
         text = "; ".join(_line_text(line, places, paper) for line in result["lines"])
         if result["lines"]:
             text += f" — strict reading (every step in the direction): {_paper_word(result['strict'], paper)}"
-    return text + (f" ({result['detail']})" if result.get("detail") else "")
+    return text + (f" ({result['detail']})" if result.get("detail") else "") + stale
 
 
 def _paper_word(verdict: str, paper: bool) -> str:

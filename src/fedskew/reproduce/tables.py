@@ -32,7 +32,7 @@ from fedskew.config import Params, RunConfig
 from fedskew.reproduce.cost import CPU_RATES, data_origin, run_flops, table_runs
 from fedskew.reproduce.layouts import BEST_ROUND_PROTOCOL, STATISTICS, CellSpec, Layout, load_layouts
 from fedskew.reproduce.policy import decimals_for
-from fedskew.runfiles import read_history, read_metrics
+from fedskew.runfiles import read_history, read_metrics, recorded_run_id
 
 OFFLINE_SOURCES = {"digits", "synthetic"}
 
@@ -44,6 +44,7 @@ class OurCell:
     spec: CellSpec
     seeds: dict[int, float] = field(default_factory=dict)   # seed -> metric (accuracy in %, or loss)
     diverged_seeds: set[int] = field(default_factory=set)   # seeds whose run diverged (no metric)
+    stale_seeds: set[int] = field(default_factory=set)      # seeds whose run is out of date (not used: fedskew.stale)
     not_run: str | None = None
     imported: bool = False   # read from runs trained elsewhere (reproduce.imported)
 
@@ -77,6 +78,7 @@ class OurCell:
         places = self.places(decimals)
         spread = f" ± {self.std:.{places}f}" if self.std is not None else ""
         extra = f", {self.diverged} diverged" if self.diverged else ""
+        extra += f", {len(self.stale_seeds)} out of date" if self.stale_seeds else ""
         best = ", best round" if self.spec.statistic == "best" else ""
         imported = ", imported" if self.imported else ""
         sign = "+" if self.spec.difference is not None else ""   # a difference says which way it goes
@@ -116,12 +118,17 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
     runs = _cell_runs(params, spec)
     if not runs:
         return OurCell(spec, not_run=f"{spec.suite} does not run {spec.method} on {spec.dataset}/{spec.partition}")
+    stale: set[int] = set()
     if imported:  # trained elsewhere: the seeds imported so far (a run's metrics.json is written last)
-        wanted = len(runs)
-        runs = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
+        wanted, left_out = len(runs), _left_out_as_stale(spec.suite, root)
+        # Out of date: left out by the import, or here from an earlier one under another id (fedskew.stale).
+        stale = {cfg.seed for cfg in runs if cfg.path(paths.RUN_DIR).as_posix() in left_out
+                 or recorded_run_id(cfg, root) not in (None, cfg.run_id)}
+        runs = [cfg for cfg in runs if cfg.seed not in stale and (root / cfg.path(paths.RUN_METRICS)).exists()]
         if not runs:
-            return OurCell(spec, not_run=f"0 of its {wanted} runs imported ({spec.suite})")
-    cell = OurCell(spec, imported=imported)
+            reason = f"{len(stale)} of its {wanted} runs out of date" if stale else f"0 of its {wanted} runs imported"
+            return OurCell(spec, not_run=f"{reason} ({spec.suite})", stale_seeds=stale)
+    cell = OurCell(spec, imported=imported, stale_seeds=stale)
     for cfg in runs:
         record = read_metrics(cfg, root)
         if record.get("status") == "diverged":
@@ -137,6 +144,15 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
             value = float(record[metric])
         cell.seeds[cfg.seed] = 100 * value if metric == "final_acc" else value
     return cell
+
+
+def _left_out_as_stale(suite: str, root: Path) -> set[str]:
+    """The run folders the import of an imported suite left out as out of date (its mark: `packed import --mark`)."""
+    try:
+        mark = json.loads((root / paths.IMPORTED.format(suite=suite)).read_text())
+    except (OSError, ValueError):  # not imported yet, or a mark written before marks listed anything
+        return set()
+    return {entry["run"] for entry in mark.get("stale", [])} if isinstance(mark, dict) else set()
 
 
 def _history_value(cfg: RunConfig, root: Path, rnd: int, metric: str) -> float:
@@ -272,7 +288,8 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
                                   "paper_pm": paper.pm if paper else None, "ours_mean": ours.mean,
                                   "ours_std": ours.std, "n": ours.n, "seeds": ours.seeds,
                                   "diverged": ours.diverged, "delta": d, "not_run": ours.not_run,
-                                  "spec": asdict(ours.spec)})
+                                  "spec": asdict(ours.spec),
+                                  **({"stale": sorted(ours.stale_seeds)} if ours.stale_seeds else {})})
             name = row if row in table.rows else f"{row} *(fedskew only)*"
             if not silent:
                 lines.append("| " + " | ".join([name, *texts]) + " |")
@@ -310,11 +327,17 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
 def _imported_summary(params: Params, table_id: str, suite: str, root: Path) -> str:
     """How many of the table's runs of an imported suite are here, and what trained them."""
     runs = [cfg for cfg in table_runs(params, table_id).values() if cfg.suite == suite]
-    present = [cfg for cfg in runs if (root / cfg.path(paths.RUN_METRICS)).exists()]
+    left_out = _left_out_as_stale(suite, root)
+    stale = [cfg for cfg in runs if cfg.path(paths.RUN_DIR).as_posix() in left_out
+             or recorded_run_id(cfg, root) not in (None, cfg.run_id)]
+    present = [cfg for cfg in runs if cfg not in stale and (root / cfg.path(paths.RUN_METRICS)).exists()]
     machines = sorted({f"{p.get('device_name', p.get('device', 'an unrecorded device'))} "
                        f"({p.get('precision', '?')}, torch {p.get('torch', '?')})"
                        for p in (read_metrics(cfg, root).get("provenance", {}) for cfg in present)})
-    return f"{len(present)} of its {len(runs)} runs in this table, trained on {', '.join(machines) or 'none yet'}"
+    out_of_date = (f", {len(stale)} more out of date (trained under another run id: `python -m fedskew stale` says "
+                   "why)" if stale else "")
+    return (f"{len(present)} of its {len(runs)} runs in this table, trained on {', '.join(machines) or 'none yet'}"
+            f"{out_of_date}")
 
 
 def write_paper_table(params: Params, table_id: str, out_md: Path, out_json: Path, root: Path = Path(".")) -> None:

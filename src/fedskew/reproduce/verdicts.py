@@ -356,6 +356,11 @@ def evaluate_on_ours(claim: Claim, params: Params, protocol: str | None, root: P
     result = evaluate(claim, source, factor)
     used = _claim_cells(claim)
     result["suites"] = sorted({cells[k].spec.suite for k in used if cells[k].n and cells[k].spec.suite})
+    stale: dict[str, set[int]] = {}  # row -> seeds whose runs are out of date, left out (fedskew.stale)
+    for k in used:
+        stale.setdefault(k[0], set()).update(cells[k].stale_seeds)
+    if any(stale.values()):
+        result["stale"] = {row: sorted(seeds) for row, seeds in stale.items() if seeds}
     if result["verdict"] == NOT_RUN:
         reasons = sorted({cells[k].not_run or "diverged" for k in used if not cells[k].n})
         more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
