@@ -73,6 +73,15 @@ def trained(tmp_path):
     return tmp_path, params
 
 
+def _imported_elsewhere(params: dict) -> None:
+    """The tiny suite with FedAvg and FedProx, as a suite of reproduce.imported (trained elsewhere); a copy of it,
+    `here`, as the suite reproduce.suites trains."""
+    params["suites"]["tiny"]["methods"] = ["fedavg", "fedprox"]
+    params["suites"]["here"] = copy.deepcopy(params["suites"]["tiny"])
+    params["training"]["here"] = copy.deepcopy(params["training"]["tiny"])
+    params["reproduce"] = {"suites": ["here"], "imported": ["tiny"]}
+
+
 def _rewrite(root, params):
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return load_params(root / "params.yaml")
@@ -113,10 +122,7 @@ def test_the_reproduction_leaves_an_out_of_date_archived_run_out_and_its_cell_sa
     from fedskew.packed.commands import cmd_import
 
     root, params = trained
-    params["suites"]["tiny"]["methods"] = ["fedavg", "fedprox"]
-    params["suites"]["here"] = copy.deepcopy(params["suites"]["tiny"])
-    params["training"]["here"] = copy.deepcopy(params["training"]["tiny"])
-    params["reproduce"] = {"suites": ["here"], "imported": ["tiny"]}
+    _imported_elsewhere(params)
     shipped = _rewrite(root, params).runs(["tiny"])
     elsewhere = root / "elsewhere"
     for cfg in shipped:
@@ -148,10 +154,7 @@ def test_the_reproduction_leaves_an_out_of_date_archived_run_out_and_its_cell_sa
 def test_a_run_imported_before_its_version_was_raised_is_out_of_date_in_its_cell(trained, monkeypatch):
     """A run placed by an earlier import, under the id it had then, is not read: its cell counts it out of date."""
     root, params = trained
-    params["suites"]["tiny"]["methods"] = ["fedavg", "fedprox"]
-    params["suites"]["here"] = copy.deepcopy(params["suites"]["tiny"])
-    params["training"]["here"] = copy.deepcopy(params["training"]["tiny"])
-    params["reproduce"] = {"suites": ["here"], "imported": ["tiny"]}
+    _imported_elsewhere(params)
     for cfg in _rewrite(root, params).runs(["tiny"]):  # placed before FedProx's version was raised
         write_run_files(cfg, [{"round": 1, "test_acc": 0.5}], {"status": "finished", "final_acc": 0.5}, root)
     declared = {**discovery.declared_versions("method"), "fedprox": 2}
