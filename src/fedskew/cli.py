@@ -423,7 +423,7 @@ def _reported(error: Exception) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM (a scheduler's stop, `kill`) stops a command as Ctrl-C does: through its `finally`s, and for the
-    # commands that start Snakemake after Snakemake and its jobs have stopped (fedskew.rebuild.run_snakemake).
+    # commands that start Snakemake after Snakemake and its jobs have stopped (fedskew.snakemake_run.run_snakemake).
     signal.signal(signal.SIGTERM, job.raise_terminated)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")

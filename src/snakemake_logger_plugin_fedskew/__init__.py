@@ -8,7 +8,7 @@ fields Snakemake's log records carry (snakemake-interface-logger-plugins 2.x), f
     {"event": "job_finished", "job_id": 3}
     {"event": "progress", "done": 1, "total": 50}
 
-`fedskew.rebuild` reads them from a pipe, so it learns what Snakemake did from Snakemake itself, whatever
+`fedskew.snakemake_run` reads them from a pipe, so it learns what Snakemake did from Snakemake itself, whatever
 runs the jobs (an executor plugin) or stores the files (a storage plugin), and never from its console text,
 which goes on to Snakemake's usual stream as before.
 

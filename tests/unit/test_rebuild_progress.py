@@ -1,5 +1,5 @@
 """`make run` learns what Snakemake does from its job events, never from its console text: the logger plugin
-(src/snakemake_logger_plugin_fedskew) writes Snakemake's log records as JSON lines, `rebuild.Progress` reads
+(src/snakemake_logger_plugin_fedskew) writes Snakemake's log records as JSON lines, `snakemake_run.Progress` reads
 them. Here on log records made as Snakemake's logger makes them (no Snakemake run)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import snakemake_logger_plugin_fedskew as plugin
 from snakemake_interface_logger_plugins.common import LogEvent
 from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
 
-from fedskew import paths, rebuild
+from fedskew import paths, snakemake_run
 from fedskew.config import load_params
 from tests.conftest import TINY_PARAMS
 
@@ -41,7 +41,7 @@ def trained(cfg, accuracy: str) -> str:
 
 
 def test_snakemake_finds_the_plugin_by_the_name_rebuild_asks_for() -> None:
-    found = LoggerPluginRegistry().get_plugin(rebuild.EVENTS_LOGGER)
+    found = LoggerPluginRegistry().get_plugin(snakemake_run.EVENTS_LOGGER)
     assert found.log_handler is plugin.LogHandler
     assert found.settings_cls is plugin.LogHandlerSettings
 
@@ -73,7 +73,7 @@ def test_progress_reports_each_run_whose_job_finished_with_its_accuracy_and_each
     assert len(lines) == 11 and all(json.loads(line)["event"] for line in lines)
 
     out = io.StringIO()
-    progress = rebuild.Progress(runs, tmp_path, out=out)
+    progress = snakemake_run.Progress(runs, tmp_path, out=out)
     for line in ["not an event\n", *lines]:
         progress.feed(line)
     shown = out.getvalue().splitlines()
@@ -89,7 +89,7 @@ def test_progress_reports_each_run_whose_job_finished_with_its_accuracy_and_each
 def test_a_run_whose_metrics_cannot_be_read_is_still_reported(tmp_path) -> None:
     [cfg] = load_params(TINY_PARAMS).runs()[:1]
     out = io.StringIO()
-    progress = rebuild.Progress([cfg], tmp_path, out=out)
+    progress = snakemake_run.Progress([cfg], tmp_path, out=out)
     progress.handle({"event": "job_info", "jobid": 7, "rule_name": "train", "output": run_outputs(cfg)})
     progress.handle({"event": "job_finished", "job_id": 7})
     progress.handle({"event": "job_finished", "job_id": 7})  # once only
