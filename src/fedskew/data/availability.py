@@ -51,7 +51,7 @@ def raw_files_from(source: str) -> str:
 
 
 def available_from(dataset: str, spec: dict, prepared: str) -> str:
-    """Whether `dataset` is available and where it would come from (see cmd_datasets' legend)."""
+    """Whether `dataset` is available and where it would come from (see fedskew.listings.cmd_datasets' legend)."""
     source = spec["source"]
     if SOURCES[source].arrives == "embedded":
         return "embedded"
