@@ -162,9 +162,9 @@ def cmd_dvc_stages(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_dvc_lock(params: Params, args: argparse.Namespace) -> None:
-    from fedskew import dvcstages
+    from fedskew import dvclock
 
-    print("\n".join(dvcstages.record_lock()))
+    print("\n".join(dvclock.record_lock()))
 
 
 def ui_links(uri: str, base_url: str) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedskew import dvcstages
+from fedskew import dvclock, dvcstages
 from tests.conftest import REPO, venv_bin
 from tests.integration.test_workflow import make_copy, run
 
@@ -76,7 +76,7 @@ def edit_params(root: Path, edit) -> None:
 
 def test_a_fresh_clone_flags_only_unbuilt_outputs_and_a_changed_lr_only_its_suites_stages(tmp_path):
     root = clone_copy(tmp_path)
-    assert changes(root) == {}, f"dvc.lock is stale: run `{dvcstages.LOCK_COMMAND}`"
+    assert changes(root) == {}, f"dvc.lock is stale: run `{dvclock.LOCK_COMMAND}`"
 
     edit_params(root, lambda p: p["training"]["default"].update(lr=0.02))
     assert changes(root) == {"train-default": {"params.yaml: training.default modified"},
@@ -95,7 +95,7 @@ def test_a_methods_hyperparameter_flags_only_the_stages_of_the_suites_that_use_i
         params["run"]["suites"] = ["default", "other"]
 
     edit_params(root, second_suite)
-    lines = dvcstages.record_lock(root)  # trains nothing: the outputs of `other` are simply not recorded
+    lines = dvclock.record_lock(root)  # trains nothing: the outputs of `other` are simply not recorded
     assert lines[0].startswith("dvc.yaml written") and "train-other" in lines[0], lines
     assert changes(root) == {}
 
@@ -117,22 +117,22 @@ def test_dvc_lock_records_an_edited_module_of_a_stage_and_refuses_a_change_of_wh
     # MOON is not a method of the default suite; FedProx is (its train stage runs it, its tables name its family)
     edited = "src/fedskew/fl/fedprox.py modified"
     assert changes(root) == {"train-default": {edited}, "aggregate-default": {edited}}
-    assert f"train-default: dependency {edited}: run `{dvcstages.LOCK_COMMAND}`" in dvcstages.lock_problems(root)
+    assert f"train-default: dependency {edited}: run `{dvclock.LOCK_COMMAND}`" in dvclock.lock_problems(root)
 
     before = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
-    assert dvcstages.record_lock(root)[1].startswith("dvc.lock: deps and params recorded for train-default, "
+    assert dvclock.record_lock(root)[1].startswith("dvc.lock: deps and params recorded for train-default, "
                                                      "aggregate-default;")
     after = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
-    assert changes(root) == {} and dvcstages.lock_problems(root) == []
+    assert changes(root) == {} and dvclock.lock_problems(root) == []
     assert {name: entry.get("outs") for name, entry in after.items()} == \
         {name: entry.get("outs") for name, entry in before.items()}  # the outputs as they were recorded
-    assert dvcstages.record_lock(root)[1] == "dvc.lock is up to date"
+    assert dvclock.record_lock(root)[1] == "dvc.lock is up to date"
 
     # A new learning rate changes the runs: recording it without them would call stale results current.
     lock = (root / "dvc.lock").read_bytes()
     edit_params(root, lambda p: p["training"]["default"].update(lr=0.02))
     with pytest.raises(dvcstages.DvcFilesError, match=r"train-default: \d+ of its \d+ run ids .* `dvc repro`"):
-        dvcstages.record_lock(root)
+        dvclock.record_lock(root)
     assert (root / "dvc.lock").read_bytes() == lock
 
 

@@ -1,4 +1,4 @@
-"""DVC's stages agree with Snakemake, and the committed dvc.lock is current (fedskew.dvcstages).
+"""DVC's stages agree with Snakemake, and the committed dvc.lock is current (fedskew.dvcstages, fedskew.dvclock).
 
 dvc.yaml is what `python -m fedskew dvc-stages` writes for params.yaml and the code; each stage depends on the
 modules its phase runs and on the keys of params.yaml it reads, by name; and dvc.lock records every dependency
@@ -14,7 +14,7 @@ import difflib
 import pytest
 import yaml
 
-from fedskew import dvcstages
+from fedskew import dvclock, dvcstages
 from fedskew.config import Params, load_params, read_params_file
 from fedskew.dvcstages import PHASES, DvcFilesError, SourceTree, Uses, param_key, stages, suite_keys
 from tests.conftest import REPO
@@ -41,12 +41,12 @@ def test_dvc_yaml_is_what_dvc_stages_writes_for_params_yaml_and_the_code() -> No
     diff = "".join(list(difflib.unified_diff(committed.splitlines(True), written.splitlines(True), "dvc.yaml",
                                              "what dvc-stages writes"))[:60])
     if committed != written:
-        pytest.fail(f"dvc.yaml is not what params.yaml and the code's imports give: run `{dvcstages.LOCK_COMMAND}` "
+        pytest.fail(f"dvc.yaml is not what params.yaml and the code's imports give: run `{dvclock.LOCK_COMMAND}` "
                     f"(it writes dvc.yaml, then records dvc.lock)\n{diff}", pytrace=False)
 
 
 def test_the_committed_dvc_lock_agrees_with_the_code_and_params_yaml() -> None:
-    problems = dvcstages.lock_problems(REPO)
+    problems = dvclock.lock_problems(REPO)
     assert not problems, "dvc.lock is stale:\n" + "\n".join(problems)
 
 

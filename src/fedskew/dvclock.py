@@ -1,0 +1,227 @@
+"""dvc.lock: recorded without training for a change that leaves every result as it is, and checked.
+
+dvc.lock is what DVC records when it builds a stage (`dvc repro`, or `dvc commit` of outputs built otherwise).
+`python -m fedskew dvc-lock` writes dvc.yaml, then records in dvc.lock the deps and params of every stage as they
+are, trains and hashes no output: for a change that leaves every result as it is (a module moved, a comment, a
+suite outside run.suites). It refuses a change of what a stage builds (a run id, a dataset, a partition), which
+`dvc repro` rebuilds and records. Outputs keep the hashes dvc.lock records (under a stage's former name, too), and a
+dependency on an earlier stage's output takes the hash recorded for that output: the lock says what was built,
+whatever this machine holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedskew.config import Params, load_params
+from fedskew.dvcstages import DvcFilesError, Stage, stages, write_stages
+from fedskew.runfiles import atomic_write_text
+
+LOCK_COMMAND = "python -m fedskew dvc-lock"
+
+
+def _recorded_values(raw: dict, recorded: dict[str, Any]) -> dict:
+    """params.yaml's values with those a stage's lock entry records put back, key path by key path."""
+    old = copy.deepcopy(raw)
+    for key, value in recorded.items():
+        *parents, last = key.split(".")
+        node = old
+        for part in parents:
+            node = node.setdefault(_name_matching(node, part), {})
+        node[_name_matching(node, last)] = copy.deepcopy(value)
+    return old
+
+
+def _name_matching(node: dict, pattern: str) -> str:
+    matches = [k for k in node if fnmatch.fnmatchcase(str(k), pattern)]
+    return matches[0] if len(matches) == 1 else pattern
+
+
+def builds(params: Params, stage: Stage) -> Any:
+    """What a stage builds, as params.yaml decides it: its datasets, its partitions, or its suite's run ids."""
+    if stage.phase == "download":
+        return {d: params.dataset_spec(d) for d, _, _ in sorted(params.partitions_needed())}
+    if stage.phase == "partition":
+        return {f"{d}/{p}/seed{s}": [params.dataset_spec(d), params.partition_spec(p)]
+                for d, p, s in sorted(params.partitions_needed())}
+    return sorted(cfg.run_id for cfg in params.runs([stage.suite]))
+
+
+def _changed_builds(params: Params, stage: Stage, recorded: dict[str, Any]) -> str | None:
+    """None when the params a lock entry records build what params.yaml's do; else what differs."""
+    now = builds(params, stage)
+    try:
+        before = builds(Params(_recorded_values(params.raw, recorded)), stage)
+    except (KeyError, TypeError, ValueError) as error:  # the recorded values no longer fit together
+        return f"dvc.lock's params for it no longer resolve ({type(error).__name__}: {error})"
+    if before == now:
+        return None
+    if isinstance(now, list):
+        return f"{len(set(now) - set(before))} of its {len(now)} run ids are not those dvc.lock recorded"
+    differ = sorted(k for k in {*now, *before} if now.get(k) != before.get(k))
+    return f"{', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''} differ from what dvc.lock recorded"
+
+
+def _outs_paths(entry: dict) -> set[str]:
+    return {out["path"] for out in entry.get("outs", [])}
+
+
+def _repo(root: Path):
+    """DVC's own view of the project at root (dvc.yaml with dvc.lock)."""
+    from dvc.repo import Repo
+
+    if not (root / ".dvc").is_dir():
+        raise DvcFilesError(f"{root.resolve()} holds no .dvc/ folder: run this from the project's root")
+    return Repo(str(root))
+
+
+def record_lock(root: Path = Path(".")) -> list[str]:
+    """Write dvc.yaml, then record in dvc.lock every stage's deps (hashed by DVC) and params as they are, keeping
+    the outputs' hashes; trains nothing. Lines saying what changed. DvcFilesError, writing nothing to dvc.lock,
+    when a stage would now build something else than dvc.lock recorded."""
+    from dvc.stage import PipelineStage
+
+    lines = [write_stages(root)]
+    params = load_params(root / "params.yaml")
+    wanted = {stage.name: stage for stage in stages(params, root)}
+    lock_path = root / "dvc.lock"
+    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
+
+    with _repo(root) as repo, repo.lock:
+        loaded = {s.name: s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name in wanted}
+        # A stage's record: its own, or that of its former name (the one recording the same outputs).
+        previous = {}
+        for name, stage in loaded.items():
+            paths = {out.def_path for out in stage.outs}
+            previous[name] = recorded.get(name) or next(
+                (entry for entry in recorded.values() if _outs_paths(entry) == paths), {})
+        out_records = {out["path"]: out for entry in previous.values() for out in entry.get("outs", [])}
+        produced = {out.def_path for stage in loaded.values() for out in stage.outs}
+
+        refused, entries = [], {}
+        for name in wanted:  # dvc.yaml's order
+            entries[name] = _stage_record(name, loaded[name], out_records, produced)
+            before = previous[name].get("params", {}).get("params.yaml")
+            if before is not None and (change := _changed_builds(params, wanted[name], before)):
+                refused.append(f"{name}: {change}")
+    if refused:
+        written = "dvc.yaml written; " if lines[0].startswith("dvc.yaml written") else ""
+        raise DvcFilesError(
+            f"{written}dvc.lock not written: params.yaml changes what these stages build since it recorded them: "
+            + "; ".join(refused) + f". `dvc repro` builds and records them (or `dvc commit -f <stage>` where they "
+            f"are built here); `{LOCK_COMMAND}` records only changes that leave every result as it is")
+
+    return [*lines, _write_lock(lock_path, entries, recorded)]
+
+
+def _stage_record(name: str, stage, out_records: dict[str, dict], produced: set[str]) -> dict:
+    """A stage's lock entry: its outputs as recorded, a dependency on an earlier stage's output as that output is
+    recorded, every other dependency hashed (or its params read) by DVC now."""
+    from dvc.exceptions import DvcException
+    from dvc.stage.loader import StageLoader
+    from dvc.stage.serialize import to_single_stage_lockfile
+
+    StageLoader.fill_from_lock(stage, {
+        "outs": [out_records[o.def_path] for o in stage.outs if o.def_path in out_records],
+        "deps": [out_records[d.def_path] for d in stage.deps if d.def_path in out_records]})
+    for dep in stage.deps:
+        if dep.def_path not in produced:
+            try:
+                dep.save()  # DVC hashes the file, or reads the params' values
+            except DvcException as error:  # a file dvc.yaml names is gone, a key is missing
+                raise DvcFilesError(f"{name}: {error}") from None
+    entry = to_single_stage_lockfile(stage)
+    for key in ("deps", "outs"):  # an output not built yet has no record: leave it out
+        entry[key] = [item for item in entry.get(key, []) if "md5" in item]
+        if not entry[key]:
+            del entry[key]
+    return entry
+
+
+def _write_lock(lock_path: Path, entries: dict[str, dict], recorded: dict[str, dict]) -> str:
+    """Write dvc.lock (atomically) unless it already says this; the line saying what changed."""
+    from dvc.utils.serialize import dumps_yaml
+
+    text = dumps_yaml({"schema": "2.0", "stages": entries})
+    if text == (lock_path.read_text() if lock_path.exists() else ""):
+        return "dvc.lock is up to date"
+    atomic_write_text(lock_path, text)
+    changed = [name for name, entry in entries.items() if recorded.get(name) != entry]
+    dropped = sorted(set(recorded) - set(entries))
+    if not changed and not dropped:
+        return "dvc.lock: stages put in dvc.yaml's order; no record changed"
+    return ("dvc.lock: deps and params recorded for " + (", ".join(changed) or "no stage")
+            + (f"; {', '.join(dropped)} dropped (not in dvc.yaml)" if dropped else "") + "; outputs kept as recorded")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checks (the tests use them)
+
+
+def lock_problems(root: Path = Path(".")) -> list[str]:
+    """Where root/dvc.lock disagrees with dvc.yaml, the code and params.yaml, as DVC computes them: one line each,
+    empty when it agrees. Every stage is recorded with its command; every dependency path recorded exists as one
+    of the stage's; a dependency on an earlier stage's output carries the hash recorded for that output (which may
+    not be built here); every other dependency hashes as recorded; every params value is params.yaml's."""
+    from dvc.dependency import ParamsDependency
+    from dvc.stage import PipelineStage
+
+    fix = f"run `{LOCK_COMMAND}`"
+    lock_path = root / "dvc.lock"
+    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    problems = []
+    with _repo(root) as repo:
+        loaded = [s for s in repo.index.stages if isinstance(s, PipelineStage)]
+        outputs = {out.def_path: out for stage in loaded for out in stage.outs}
+        for name in sorted(set(recorded) - {s.name for s in loaded}):
+            problems.append(f"dvc.lock records stage {name}, which dvc.yaml does not have: {fix}")
+        for stage in loaded:
+            if stage.name not in recorded:
+                problems.append(f"{stage.name}: not in dvc.lock: {fix}")
+                continue
+            if stage.cmd_changed:
+                problems.append(f"{stage.name}: dvc.lock records another command: {fix}")
+            listed = {dep.def_path for dep in stage.deps}
+            recorded_paths = {dep["path"] for dep in recorded[stage.name].get("deps", [])}
+            for path in sorted(recorded_paths - listed):
+                gone = "" if (root / path).exists() else ", and it does not exist"
+                problems.append(f"{stage.name}: dvc.lock records dependency {path}, which dvc.yaml does not list"
+                                f"{gone}: {fix}")
+            for dep in stage.deps:
+                if isinstance(dep, ParamsDependency):
+                    changed = dep.workspace_status().get(str(dep), {})
+                    for key, status in changed.items():
+                        problems.append(f"{stage.name}: params.yaml key {key} {status}: {fix}")
+                    for key, value in (dep.hash_info.value or {}).items():
+                        if key not in changed and _value_at(raw, key) != value:
+                            problems.append(f"{stage.name}: dvc.lock's {key} is not params.yaml's: {fix}")
+                elif dep.def_path in outputs:
+                    if dep.hash_info != outputs[dep.def_path].hash_info:
+                        problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded as the output "
+                                        f"dvc.lock records for it: {fix}")
+                elif dep.def_path not in recorded_paths:
+                    problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded in dvc.lock: {fix}")
+                else:
+                    for path, status in dep.workspace_status().items():
+                        problems.append(f"{stage.name}: dependency {path} {status}: {fix}")
+    return problems
+
+
+_MISSING = object()
+
+
+def _value_at(raw: dict, key: str) -> Any:
+    """params.yaml's value at one of DVC's key paths (a dot of a name written `?` or as a class), or _MISSING."""
+    node: Any = raw
+    for part in key.split("."):
+        matches = [k for k in node if fnmatch.fnmatchcase(str(k), part)] if isinstance(node, dict) else []
+        if len(matches) != 1:
+            return _MISSING
+        node = node[matches[0]]
+    return node
