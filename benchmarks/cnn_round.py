@@ -23,7 +23,8 @@ from _interleaved import compare_many  # benchmarks/, on the path when run as a 
 
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.sampling import client_seed
-from fedskew.engine.simulation import federated_round, resolve_device
+from fedskew.engine.rounds import federated_round
+from fedskew.engine.simulation import resolve_device
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model

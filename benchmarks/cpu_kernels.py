@@ -98,7 +98,7 @@ def _mlp_round() -> dict:
     from fedskew.config import load_params
     from fedskew.data.registry import DatasetInfo
     from fedskew.engine.sampling import client_seed
-    from fedskew.engine.simulation import federated_round
+    from fedskew.engine.rounds import federated_round
     from fedskew.fl import ALGORITHMS
     from fedskew.fl.base import ClientContext, TrainingSettings
     from fedskew.models import build_model

@@ -123,7 +123,7 @@ def worker(args: argparse.Namespace) -> dict:
     from fedskew.data.registry import DatasetInfo, _normalise
     from fedskew.engine.evaluate import evaluate
     from fedskew.engine.sampling import client_seed, clients_per_round, sampling_schedule
-    from fedskew.engine.simulation import federated_round, tensor_bytes
+    from fedskew.engine.rounds import federated_round, tensor_bytes
     from fedskew.fl import ALGORITHMS
     from fedskew.fl.base import ClientContext, TrainingSettings
     from fedskew.models import build_model

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fedskew.data.registry import DatasetInfo  # noqa: E402
 from fedskew.engine.sampling import client_seed, sampling_schedule  # noqa: E402
-from fedskew.engine.simulation import federated_round, resolve_device  # noqa: E402
+from fedskew.engine.rounds import federated_round  # noqa: E402
+from fedskew.engine.simulation import resolve_device
 from fedskew.fl import ALGORITHMS  # noqa: E402
 from fedskew.fl.base import ClientContext, TrainingSettings  # noqa: E402
 from fedskew.models import MODELS, build_model, incompatibility  # noqa: E402

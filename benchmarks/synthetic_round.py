@@ -22,7 +22,7 @@ from fedskew.data.datasets.synthetic import generate_synthetic
 from fedskew.data.partitions import make_partition
 from fedskew.data.registry import DatasetInfo
 from fedskew.engine.sampling import client_seed, sampling_schedule
-from fedskew.engine.simulation import federated_round
+from fedskew.engine.rounds import federated_round
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model

@@ -308,7 +308,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
 _REPORTED_ERRORS = (
     ("fedskew.data.fetch", ("DatasetUnavailableError", "DatasetCorruptError"), 2),
     ("fedskew.data.partitions.base", ("PartitionError",), 2),
-    ("fedskew.engine.simulation", ("NonFiniteError",), 1),
+    ("fedskew.engine.rounds", ("NonFiniteError",), 1),
     ("fedskew.packed.archive", ("ArchiveError",), 2),
 )
 

@@ -183,7 +183,9 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     live = _start_tracking(cfg, worker)
     try:
         from fedskew.engine.checkpoint import CheckpointWriteError
-        from fedskew.engine.simulation import NonFiniteError, resolve_device, run_training, summarise_divergence
+        from fedskew.engine.rounds import NonFiniteError
+        from fedskew.engine.simulation import resolve_device, run_training
+        from fedskew.engine.summary import summarise_divergence
         from fedskew.provenance import run_provenance
     except BaseException as error:  # a broken install or a Ctrl-C during torch's import: the run ends, not RUNNING
         status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"

@@ -79,7 +79,7 @@ def test_a_client_trains_with_adam_and_starts_from_fresh_moments():
     """train_client makes the optimiser per client and round: two rounds of the same client from the same global
     model give the same update (no moments carried over), and the update is Adam's, not SGD's."""
     from fedskew.data.registry import DatasetInfo
-    from fedskew.engine.simulation import train_client
+    from fedskew.engine.rounds import train_client
     from fedskew.models import build_model
     from tests.unit.helpers import make_client, random_digits
 

@@ -10,7 +10,7 @@ import pytest
 from fedskew import paths
 from fedskew.cli import cmd_aggregate, cmd_train
 from fedskew.config import load_params
-from fedskew.engine.simulation import NonFiniteError
+from fedskew.engine.rounds import NonFiniteError
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_the_nan_guard_names_an_empty_client_rather_than_the_learning_rate(sampl
     # An empty client divides by zero (0 samples, 0 local steps): a lower lr would not help.
     import torch
 
-    from fedskew.engine.simulation import check_finite
+    from fedskew.engine.rounds import check_finite
     from fedskew.fl.base import RoundResult
 
     nan_model = RoundResult({"w": torch.tensor([float("nan")])}, {3: 0.5, 5: 0.4}, samples, {})

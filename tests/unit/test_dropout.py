@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fedskew.algorithms import ALGORITHMS
-from fedskew.engine.simulation import federated_round
+from fedskew.engine.rounds import federated_round
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import alexnet, build_model, example_info
 from fedskew.models.dropout import Dropout, draw_mask, dropout_layers, dropout_plan, given_masks, masks_from

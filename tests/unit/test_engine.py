@@ -25,7 +25,8 @@ from fedskew.config import load_params
 from fedskew.engine.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedskew.engine.evaluate import evaluate
 from fedskew.engine.sampling import client_seed, clients_per_round, sampling_schedule
-from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, train_client
+from fedskew.engine.rounds import NonFiniteError, train_client
+from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings, weighted_average
 from fedskew.models import build_model
@@ -393,7 +394,7 @@ def test_augmented_training_is_seeded_resumable_and_changes_only_training(projec
 
 
 def test_streamed_fedavg_round_equals_averaging_the_kept_updates_bit_for_bit() -> None:
-    from fedskew.engine.simulation import federated_round
+    from fedskew.engine.rounds import federated_round
 
     class KeepsUpdates(FederatedAlgorithm):  # the same average, through the list-based hook
         def aggregate(self, global_state, updates):
@@ -434,7 +435,7 @@ def test_progress_logs_a_line_every_tenth_of_the_run_with_rate_and_eta(caplog, m
 
 
 def test_a_streamed_round_reads_the_client_state_without_copying_it(project, tiny_params) -> None:
-    from fedskew.engine.simulation import train_client
+    from fedskew.engine.rounds import train_client
     from fedskew.fl.base import ClientContext, TrainingSettings
     from fedskew.fl.fedavg import FedAvg
     from fedskew.models import build_model, example_info

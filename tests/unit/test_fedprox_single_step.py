@@ -18,7 +18,7 @@ import torch
 from fedskew.config import load_params
 from fedskew.data.datasets.synthetic import generate_synthetic
 from fedskew.data.registry import DatasetInfo
-from fedskew.engine.simulation import train_client
+from fedskew.engine.rounds import train_client
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedskew.config import RunConfig
-from fedskew.engine.simulation import federated_round, tensor_bytes
+from fedskew.engine.rounds import federated_round, tensor_bytes
 from fedskew.fl.base import TrainingSettings
 from fedskew.fl.flfcr import FLFCR, ClassStatisticsPool, class_feature_statistics
 from fedskew.models import build_model

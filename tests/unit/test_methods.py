@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from fedskew.config import load_params
-from fedskew.engine.simulation import run_training, train_client
+from fedskew.engine.rounds import train_client
+from fedskew.engine.simulation import run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientUpdate, TrainingSettings, weighted_average
 from fedskew.fl.fedavg import FedAvg

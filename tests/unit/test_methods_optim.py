@@ -21,7 +21,8 @@ from torch import nn
 from fedskew import paths
 from fedskew.config import load_params
 from fedskew.engine.checkpoint import load_checkpoint
-from fedskew.engine.simulation import RunStopped, run_training, train_client
+from fedskew.engine.rounds import train_client
+from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, TrainingSettings
 from fedskew.fl.feddyn import FedDyn

@@ -17,7 +17,8 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.engine.checkpoint import load_checkpoint
-from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training, tensor_bytes, train_client
+from fedskew.engine.rounds import NonFiniteError, tensor_bytes, train_client
+from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import TrainingSettings, weighted_average
 from fedskew.fl.feded import FedED, empty_class_distillation, logit_suppression, logit_suppression_as_coded

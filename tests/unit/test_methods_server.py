@@ -19,7 +19,8 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.engine.checkpoint import load_checkpoint
-from fedskew.engine.simulation import RunStopped, run_training, tensor_bytes, train_client
+from fedskew.engine.rounds import tensor_bytes, train_client
+from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientUpdate, TrainingSettings
 from fedskew.fl.fedexp import FedExp

@@ -9,7 +9,7 @@ import torch
 from fedskew.data.datasets.digits import load_digits_split
 from fedskew.data.registry import DatasetInfo, _normalise
 from fedskew.engine.sampling import client_seed
-from fedskew.engine.simulation import train_client
+from fedskew.engine.rounds import train_client
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedskew import paths
-from fedskew.engine.simulation import NonFiniteError, RunStopped, run_training
+from fedskew.engine.rounds import NonFiniteError
+from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import SplittableNet
 from fedskew.models.split import split_model

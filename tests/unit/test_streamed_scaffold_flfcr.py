@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from fedskew.engine.sampling import client_seed
-from fedskew.engine.simulation import federated_round, train_client
+from fedskew.engine.rounds import federated_round, train_client
 from fedskew.fl.base import (
     ClientContext,
     ClientUpdate,

@@ -18,7 +18,8 @@ from torch import nn
 from fedskew.algorithms import ALGORITHMS
 from fedskew.engine import vectorised
 from fedskew.engine.closed_form import closed_form_step, one_hot_targets
-from fedskew.engine.simulation import NonFiniteError, federated_round, run_training
+from fedskew.engine.rounds import NonFiniteError, federated_round
+from fedskew.engine.simulation import run_training
 from fedskew.engine.vectorised import (
     _batched_objective,
     _closed_form_steps,

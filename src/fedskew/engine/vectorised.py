@@ -1,6 +1,6 @@
 """Vectorised local training: a round's participants trained at once (`training.execution`).
 
-The sequential path (`simulation.train_client`) trains one client after another on one
+The sequential path (`rounds.train_client`) trains one client after another on one
 model. Here every participant's parameters are stacked along a leading client dimension
 and all clients take their t-th SGD step together: one batched forward, the method's loss
 for all clients, one backward, one SGD update of the stacked tensors (`fedskew.numerics.sgd.sgd_update`).
@@ -358,7 +358,7 @@ def _fill_client_batches(row: torch.Tensor, client: ClientContext, epochs: int, 
     """Write the client's minibatch indices into `row` (its steps' batches back to back, each of `batch_size`).
 
     The same permutations, drawn from the client's generator in the same order, and the
-    same batches as `simulation.train_client`; an epoch's last batch is padded (the row
+    same batches as `rounds.train_client`; an epoch's last batch is padded (the row
     was filled with -1).
     """
     n = client.num_samples

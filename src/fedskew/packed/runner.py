@@ -120,7 +120,9 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
                parent: int | None = None) -> RunEvent:
     """Train (or resume) one run until it finishes, the piece's time is nearly up, it trained `max_rounds`,
     or the piece's process (`parent`) is gone."""
-    from fedskew.engine.simulation import NonFiniteError, RunStopped, resolve_device, run_training, summarise_divergence
+    from fedskew.engine.rounds import NonFiniteError
+    from fedskew.engine.simulation import RunStopped, resolve_device, run_training
+    from fedskew.engine.summary import summarise_divergence
     from fedskew.provenance import run_provenance
     from fedskew.reproduce.cost import run_flops
     from fedskew.runfiles import write_run_files
