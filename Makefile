@@ -1,6 +1,6 @@
 # The two set-up commands of the README (run, test), and the everyday ones. Each builds (or reuses)
 # the environment first.
-.PHONY: env run verify test cluster-test reproduce report ui
+.PHONY: env run verify test test-fast cluster-test reproduce report ui
 
 SUITE ?= default
 
@@ -26,6 +26,13 @@ verify: env
 # its own temporary folder; `python -m pytest` alone runs them one after another.
 test: env
 	.venv/bin/python -m pytest -n auto --dist worksteal
+
+# The tests to run while working, run as `make test` runs them: the unit tests and the fingerprints
+# (tests/unit, tests/fingerprints), about 4 minutes on 2 cores. It leaves out the tiers that drive Snakemake,
+# DVC, MLflow servers and training jobs as child processes (tests/integration, tests/reliability, the cluster
+# smoke test): most of `make test`'s time, even without their `slow` tests. `make test` before a commit.
+test-fast: env
+	.venv/bin/python -m pytest -n auto --dist worksteal tests/unit tests/fingerprints
 
 # The cluster path for real (docs/cluster.md): a one-node SLURM, an MLflow server and a DVC remote on
 # this machine, the default suite end to end and three faults. Root; installs Debian's SLURM packages.

@@ -21,7 +21,7 @@ from fedskew.data.registry import DatasetInfo, _normalise
 from fedskew.engine.sampling import client_seed
 from fedskew.engine.rounds import train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, TrainingSettings
+from fedskew.fl.base import ClientContext, TrainingSettings, trainable_parameters
 from fedskew.models import build_model
 
 
@@ -50,7 +50,7 @@ def main() -> None:
             seed = client_seed(0, r, k)
             client = ClientContext(k, r, indices[k], counts[k], torch.Generator().manual_seed(seed))
             updates.append(train_client(algorithm, model, global_state, x, y, client, "bench"))
-        algorithm.aggregate(global_state, updates)
+        algorithm.aggregate(global_state, updates, trainable_parameters(model))
 
     floor_model = build_model("cnn", DatasetInfo((1, 8, 8), 10, True, False))
     floor_opt = torch.optim.SGD(floor_model.parameters(), lr=0.05)

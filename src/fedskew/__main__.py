@@ -2,7 +2,8 @@
 
 Both must pin the portable CPU kernels (fedskew.numerics.cpu_pin) before torch or numpy is imported, since the
 libraries read the pin's variables once, when they load: so this module imports nothing heavy before
-`main` has applied it, and the CLI only afterwards.
+`main` has applied it, and the CLI only afterwards. (Importing the package applies the pin already, for use
+from Python; `main` applies it again to report an unknown FEDSKEW_CPU_KERNELS, which the import leaves to it.)
 """
 
 import logging

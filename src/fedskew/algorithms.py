@@ -2,7 +2,7 @@
 
 from fedskew.fl import ALGORITHMS as FEDERATED
 from fedskew.fl.base import Algorithm
-from fedskew.sfl import SPLIT_ALGORITHMS as SPLIT
+from fedskew.sfl import ALGORITHMS as SPLIT
 
 _clash = set(FEDERATED) & set(SPLIT)
 if _clash:

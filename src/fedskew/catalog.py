@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fedskew.families import Family
+
 # --- dataset sources (fedskew.data.registry) ---------------------------------------------
 
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -306,7 +308,13 @@ SWITCHED_OPTIONS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     "feded_fedexp": (_LOGIT_SUPPRESSION,),
     "feded_fedsam": (_LOGIT_SUPPRESSION,),
 }
-# The algorithms of the split family (fedskew.sfl): a cut model, no local model of the whole network.
-SPLIT_ALGORITHMS = frozenset({"scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1",
-                              "splitfed_v2", "splitfed_v3"})
-
+# Every algorithm's family (its class's `family`): the engine runs the family's round, and a split method (fedskew.sfl)
+# cuts the model, so it has no local model of the whole network. One entry a family.
+FAMILIES: dict[str, Family] = {
+    **dict.fromkeys(("fedavg", "fedadagrad", "fedadam", "feddecorr", "feddyn", "feded", "feded_dis", "feded_fedexp",
+                     "feded_fedsam", "feded_logit", "fedexp", "fedlc", "fedlc_fedprox", "fedlc_scaffold", "fedlogit",
+                     "fednova", "fedntd", "fedprox", "fedrs", "fedrs_soft", "fedsam", "fedyogi", "flfcr", "moon",
+                     "scaffold"), Family.FEDERATED),
+    **dict.fromkeys(("scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1", "splitfed_v2",
+                     "splitfed_v3"), Family.SPLIT),
+}

@@ -31,12 +31,13 @@ def cmd_validate(params: Params, args: argparse.Namespace) -> None:
 
 def cmd_download(params: Params, args: argparse.Namespace) -> None:
     from fedskew.data.registry import prepare
+    from fedskew.data.sources import Reach
 
     dataset = _download_target(args)
     if dataset not in params.raw["datasets"]:
         raise ConfigError(f"dataset {dataset!r} is not defined under `datasets` in params.yaml; defined: "
                           f"{', '.join(params.raw['datasets'])}")
-    prepare(dataset, params.dataset_spec(dataset), Path("."), download=not args.no_download)
+    prepare(dataset, params.dataset_spec(dataset), Path("."), Reach.LOCAL if args.no_download else Reach.NETWORK)
 
 
 def _download_target(args: argparse.Namespace) -> str:
@@ -98,7 +99,7 @@ def cmd_claims(params: Params, args: argparse.Namespace) -> None:
 
 
 def _suites_of(params: Params, names: list[str] | None) -> list[str]:
-    from fedskew.config import suggestion
+    from fedskew.config_errors import suggestion
 
     for name in names or []:
         if name not in params.raw["suites"]:

@@ -19,7 +19,7 @@ import os
 import signal
 from pathlib import Path
 
-from fedskew import paths
+from fedskew import metrics, paths
 from fedskew.config import ConfigError, Params, RunConfig
 from fedskew.runfiles import read_history, read_metrics, write_run_files
 
@@ -133,7 +133,7 @@ def _tracking_hook(live, cfg: RunConfig):
     something to resume then always leaves a visible run, which its retry continues."""
     if live is None:
         return None
-    every, last = cfg.training["checkpoint_every"], cfg.training["rounds"]
+    every, last = cfg.train.checkpoint_every, cfg.train.rounds
 
     def on_round(row: dict) -> None:
         live.log_round(row)
@@ -195,8 +195,7 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     # What computed the run (device, CPU model and kernels, library versions, commit), asked once it has trained:
     # in metrics.json and as MLflow tags, so that a number that differs between machines names the machine.
     def provenance() -> dict[str, str]:
-        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),
-                              cfg.training["model"])
+        return run_provenance(str(resolve_device(cfg.train.device)), cfg.train.precision, cfg.train.model)
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
@@ -205,11 +204,11 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
         history = error.history or []
         files = []
         computed = provenance()
-        if cfg.training["on_divergence"] == "record":
+        if cfg.train.on_divergence == "record":
             # A divergence is a result of this method in this setting: the tables show it.
             files = _write_run_files(live, cfg, history, {**summarise_divergence(error), "provenance": computed})
         _end_tracking(live, cfg, "FAILED", files, {"fedskew.error": str(error), **_provenance_tags(computed)})
-        if cfg.training["on_divergence"] == "record":
+        if cfg.train.on_divergence == "record":
             log.warning("%s diverged (recorded as a result): %s", cfg.path(paths.RUN_DIR), error)
             return
         raise
@@ -228,10 +227,11 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
     computed = provenance()
     files = _write_run_files(live, cfg, result.history, {**result.final, "provenance": computed})
     _end_tracking(live, cfg, "FINISHED", files, {"fedskew.resumed_from_round": str(result.resumed_from),
-                                                 "fedskew.threads": str(threads or cfg.training["threads"]),
+                                                 "fedskew.threads": str(threads or cfg.train.threads),
                                                  "fedskew.execution": result.execution,
                                                  **_provenance_tags(computed)})
-    log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR), result.final["final_acc"])
+    log.info("%s: final accuracy %.4f", cfg.path(paths.RUN_DIR),
+             result.final[metrics.reported_key()])
     # what benchmarks/fixed_cost.py reads: the job's wall time minus this is its fixed cost
     log.info("timing: %d rounds in %.3f s", len(result.history) - result.resumed_from, result.loop_seconds)
 

@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedskew import paths
+from fedskew import metrics, paths
 from fedskew.config import Params
 from fedskew.snakemake_run import run_snakemake, snakemake_env
 
@@ -152,7 +152,8 @@ def cell_differences(committed_json: bytes, rebuilt_json: bytes) -> list[CellDif
 
 
 def _field_order(name: str) -> tuple[int, str]:
-    return (0 if name.startswith("final_acc") else 1, name)
+    """The reported metric's fields first (its mean, then its std), then the others by name."""
+    return (0 if name.startswith(metrics.reported_key()) else 1, name)
 
 
 def _is_nan(value: object) -> bool:
@@ -293,7 +294,8 @@ def committed_archives(params: Params, suite: str, root: Path = Path(".")) -> li
 
 def select_runs(params: Params, suite: str, methods: list[str] | None, seeds: list[int] | None) -> list:
     """The runs of `suite` with one of `methods` and one of `seeds` (each, when not given: all)."""
-    from fedskew.config import ConfigError, suggestion
+    from fedskew.config import ConfigError
+    from fedskew.config_errors import suggestion
 
     body = params.raw["suites"][suite]
     for method in methods or []:

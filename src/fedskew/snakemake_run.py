@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from fedskew import paths
+from fedskew import metrics, paths
 
 
 class Progress:
@@ -65,14 +65,18 @@ class Progress:
             self._print(" ".join(lines[:2]) if lines[0].endswith(":") else lines[0])  # "WorkflowError:" says little
 
     def report_trained(self, outputs: list[str]) -> None:
+        """A line for each run a finished job wrote, with its final value of the reported metric (accuracy, by
+        design: fedskew.metrics.REPORTED)."""
+        reported = metrics.reported()
         for cfg in [self.runs.pop(path) for path in outputs if path in self.runs]:
             try:
                 record = json.loads((self.root / cfg.path(paths.RUN_METRICS)).read_text())
-                accuracy = f"{record['final_acc'] * 100:.2f} %"
+                value = reported.scale.shown(record[metrics.reported_key()])
+                shown = f"{value:.2f} {reported.scale.unit}".rstrip()
             except (OSError, ValueError, KeyError, TypeError):
-                accuracy = "(metrics unreadable)"
+                shown = "(metrics unreadable)"
             self._print(f"  trained {cfg.method} on {cfg.dataset}/{cfg.partition} seed {cfg.seed}: "
-                        f"final accuracy {accuracy}")
+                        f"final accuracy {shown}")
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)

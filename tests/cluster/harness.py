@@ -14,83 +14,26 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tests.conftest import REPO, venv_bin
+# The processes and the MLflow server are the reliability tests' too; the cluster tests use them as harness.X.
+from tests.helpers import REPO, MlflowServer, end_group, venv_bin, wait_until, watchdog  # noqa: F401
 
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 SLURM_PROFILE = "workflow/profiles/slurm"  # relative to a project: the profile as users get it
 PROJECT_FILES = ("src", "workflow", "params.yaml", "dvc.yaml", ".gitignore", ".dvcignore")
 SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "Comment", "ReqMem", "AllocCPUS", "Timelimit", "Account",
                 "Partition", "NodeList", "Start", "End")
-
-# A detached watcher: ends process group $2 when process $1 (the test) has gone or after $3 seconds,
-# and ends itself as soon as the group has gone on its own.
-WATCHDOG = """owner=$1 group=$2 deadline=$((SECONDS + $3))
-while (( SECONDS < deadline )) && kill -0 "$owner" 2>/dev/null && kill -0 -- "-$group" 2>/dev/null; do sleep 2; done
-kill -TERM -- "-$group" 2>/dev/null || exit 0
-for _ in $(seq 40); do kill -0 -- "-$group" 2>/dev/null || exit 0; sleep 0.5; done
-kill -KILL -- "-$group" 2>/dev/null || true"""
-
-
-def watchdog(group: int, seconds: float) -> None:
-    """End process group `group` when this process ends or after `seconds` (see WATCHDOG)."""
-    subprocess.Popen(["bash", "-c", WATCHDOG, "watchdog", str(os.getpid()), str(group), str(int(seconds))],
-                     start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL)
-
-
-def end_group(process: subprocess.Popen, first: int = signal.SIGTERM, grace_s: float = 60) -> None:
-    """Signal a process's whole group (it leads its own session), then SIGKILL what is left after `grace_s`."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, first)
-        except ProcessLookupError:
-            return
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # what is left of the group, the leader included
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=30)
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 1.0,
-               alive: subprocess.Popen | None = None) -> Any:
-    """Poll `condition` until it returns something true, at most `timeout_s` seconds; fail saying `what`.
-
-    With `alive`, fail at once if that process ends first (a run that stopped cannot reach the state)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if alive is not None and alive.poll() is not None:
-            raise AssertionError(f"waiting for {what}: the process ended first (exit code {alive.returncode})")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout_s:.0f} s")
-        time.sleep(every_s)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def sha256(path: Path) -> str:
@@ -107,6 +50,26 @@ def digests(root: Path, tops: Iterable[str]) -> dict[str, str]:
             if path.is_file() and path.name != ".snakemake_timestamp":
                 out[path.relative_to(root).as_posix()] = sha256(path)
     return out
+
+
+class Timings:
+    """Wall time of each part of the cluster tests, printed at the end of the session."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[str, float]] = []
+        self.started = time.monotonic()
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.parts.append((name, time.monotonic() - start))
+
+    def report(self) -> list[str]:
+        lines = [f"{seconds:8.1f} s  {name}" for name, seconds in self.parts]
+        return lines + [f"{time.monotonic() - self.started:8.1f} s  all cluster tests (wall)"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,61 +134,6 @@ def start_cluster(folder: Path, max_seconds: int, owner: int | None = None) -> C
 def stop_cluster(folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), "stop", "--dir", str(folder)], capture_output=True, text=True,
                           timeout=300)
-
-
-# ---------------------------------------------------------------------------------------------
-# MLflow
-
-
-@dataclass
-class MlflowServer:
-    """`mlflow server` on 127.0.0.1 with a SQLite store and proxied artifacts, in `folder`."""
-
-    folder: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen | None = None
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 300) -> MlflowServer:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job workers: fedskew has none
-        env.pop("MLFLOW_TRACKING_URI", None)
-        with open(self.folder / "server.log", "a") as log:
-            self.process = subprocess.Popen(
-                [venv_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-                 "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
-                 "--artifacts-destination", str(self.folder / "artifacts")],
-                cwd=self.folder, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
-        watchdog(self.process.pid, 7200)
-        wait_until(self.healthy, timeout_s, f"the MLflow server on port {self.port}", 0.5, alive=self.process)
-        return self
-
-    def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.uri}/health", timeout=5) as answer:
-                return answer.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def stop(self) -> None:
-        if self.process is not None:
-            end_group(self.process, signal.SIGTERM, grace_s=60)  # SIGTERM: uvicorn finishes requests in flight
-            self.process = None
-
-    def runs(self, experiment: str) -> list[Any]:
-        from mlflow.tracking import MlflowClient
-
-        client = MlflowClient(tracking_uri=self.uri)
-        found = client.get_experiment_by_name(experiment)
-        return [] if found is None else list(client.search_runs([found.experiment_id], max_results=1000))
-
-    def statuses(self, experiment: str) -> list[tuple[str, str]]:
-        """(fedskew run id, status) of every MLflow run of the experiment, sorted."""
-        return sorted((r.data.tags.get("fedskew.run_id", "?"), r.info.status) for r in self.runs(experiment))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 

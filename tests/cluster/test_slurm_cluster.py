@@ -32,13 +32,24 @@ import yaml
 from fedskew import paths
 from fedskew.config import load_params
 from tests.cluster import harness
-from tests.cluster.conftest import REFERENCE_COMPARED, Reference, Timings
-from tests.conftest import REPO
+from tests.cluster.harness import Timings
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.cluster
 
 EXPERIMENT = "fedskew/default"
 SUITE_TIMEOUT_S = 3600  # a whole run of the default suite through SLURM; about 10 minutes here
+REFERENCE_COMPARED = ("data/partitions", "results/runs", "results/tables", "results/figures")
+
+
+@dataclass
+class Reference:
+    """An uninterrupted run of the default suite through SLURM (the fixture `uninterrupted` below),
+    whose tables were checked byte-identical to the committed ones: what each fault run must equal."""
+
+    root: Path
+    files: dict[str, str]  # relative path -> sha256 of partitions, run files, tables and figures
+    commit: str  # the project's git commit, which every run's provenance records
 
 
 def configurations(root: Path) -> list:

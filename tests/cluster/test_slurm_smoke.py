@@ -27,7 +27,7 @@ from fedskew import paths
 from fedskew.config import load_params
 from fedskew.runfiles import read_metrics
 from tests.cluster import harness
-from tests.conftest import TINY_PARAMS, single_setting
+from tests.helpers import TINY_PARAMS, single_setting
 
 pytestmark = pytest.mark.slow
 

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import copy
 
 import pytest
 import yaml
 
-from tests.conftest import TINY_PARAMS, single_setting
-
-# The offline digits, Dirichlet(0.5) over 4 clients, seed 0 (the tiny suite of tests/conftest.py, one setting).
-PARAMS = single_setting(copy.deepcopy(TINY_PARAMS))
+from tests.fingerprints.digests import PARAMS
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import torch
 
 from fedskew.fl.fedprox import FedProx
 from tests.fingerprints import record
-from tests.fingerprints.test_methods import run_digest
+from tests.fingerprints.digests import run_digest
 
 pytestmark = [pytest.mark.fingerprint, record.requires_portable_kernels]
 
@@ -19,7 +19,7 @@ def test_doubling_fedprox_proximal_gradient_fails_its_fingerprint_naming_it(proj
     def doubled(self, model, client) -> None:  # FedProx.after_backward with 2 μ (w − w_t)
         mu = self.hp["mu"]
         with torch.no_grad():
-            for param, anchor in zip(model.parameters(), self._anchor):
+            for param, anchor in zip(model.parameters(), client.scratch["prox_anchor"]):
                 if param.grad is not None:
                     param.grad.add_(param - anchor, alpha=2 * mu)
 

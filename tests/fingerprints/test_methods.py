@@ -13,23 +13,18 @@ import functools
 import pytest
 import torch
 
-from fedskew import paths
 from fedskew.algorithms import ALGORITHMS
+from fedskew.families import Family
 from fedskew.data.registry import dataset_info
-from fedskew.engine.checkpoint import CHECKPOINT_NAME, read_checkpoint
-from fedskew.engine.simulation import run_training
 from fedskew.engine.vectorised import vectorisation_blocker
 from fedskew.fl.base import TrainingSettings
 from fedskew.models import build_model
 from fedskew.models.split import split_model
-from fedskew.sfl.base import stacked_blocker
-from tests.conftest import method_config
+from fedskew.sfl.parts import stacked_blocker
 from tests.fingerprints import record
-from tests.fingerprints.conftest import PARAMS
+from tests.fingerprints.digests import run_digest, shared_fingerprints
 
 pytestmark = [pytest.mark.fingerprint, record.requires_portable_kernels]
-
-TRAINING = {"rounds": 2, "checkpoint_every": 2, "eval_every": 1, "participation": 0.5, "batch_size": 16}
 
 
 def _paths(method: str) -> list[str]:
@@ -37,7 +32,7 @@ def _paths(method: str) -> list[str]:
     cls = ALGORITHMS[method]
     algorithm = cls(TrainingSettings(1, 16, 0.05, 0.0, 0.0), 4, 10)
     model = build_model("mlp", dataset_info({"source": "digits"}))
-    if cls.family == "split":
+    if cls.family is Family.SPLIT:
         vectorisable = algorithm.vectorised_clients and stacked_blocker(split_model(model, model.default_split).client) is None
     else:
         vectorisable = vectorisation_blocker(algorithm, algorithm.adapt_model(model), augmented=False) is None
@@ -47,22 +42,10 @@ def _paths(method: str) -> list[str]:
 CASES = [(method, path) for method in sorted(ALGORITHMS) for path in _paths(method)]
 
 
-def run_digest(method: str, path: str, label: str = "") -> str:
-    """The sha256 of a method's history and final weights on the tiny problem (the working folder is the project,
-    tests/fingerprints/conftest.py); `label` names the run's folder."""
-    cfg = method_config(PARAMS, method, training={**TRAINING, "execution": path}, label=label or f"{method}-{path}")
-    result = run_training(cfg)
-    assert result.execution == path, f"{method} trained {result.execution}, not {path}"
-    state = read_checkpoint(cfg.path(paths.CHECKPOINT_DIR) / CHECKPOINT_NAME)["global_state"]
-    return record.Digest().add("history", result.history).add_state("weights", state).hex()
-
-
 @functools.cache
 def _moved_pieces() -> tuple[str, ...]:
     """The pieces every method shares whose own fingerprints moved too."""
-    from tests.fingerprints import test_pieces
-
-    return tuple(piece for piece, (version, digest) in test_pieces.shared_fingerprints().items()
+    return tuple(piece for piece, (version, digest) in shared_fingerprints().items()
                  if record.recorded().get(piece, {}).get(str(version)) not in (None, digest))
 
 

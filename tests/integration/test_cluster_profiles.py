@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, venv_bin
+from tests.helpers import REPO, venv_bin
 
 PROFILES = REPO / "workflow" / "profiles"
 KUBERNETES = PROFILES / "kubernetes"

@@ -18,7 +18,7 @@ from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.ledger import write_ledger
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.reproduce.tables import write_paper_table
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,7 @@ import pytest
 import yaml
 
 from fedskew import dvclock, dvcstages
-from tests.conftest import REPO, venv_bin
-from tests.integration.test_workflow import make_copy, run
+from tests.helpers import REPO, make_copy, run, venv_bin
 
 
 def stale_stages(root: Path) -> set[str]:

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import venv_bin
-from tests.integration.test_workflow import make_copy, run
+from tests.helpers import make_copy, run, venv_bin
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +43,7 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build_origin(origin: Path) -> None:
-    from tests.conftest import TINY_PARAMS
+    from tests.helpers import TINY_PARAMS
 
     make_copy(origin.parent, TINY_PARAMS)
     (origin / ".gitignore").write_text("/data/raw/\n/data/partitions/\n/results/runs/\n/results/checkpoints/\n"

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedskew.reproduce.paper_tables import paper_table_ids
-from tests.conftest import venv_bin
-from tests.integration.test_workflow import make_copy, run
+from tests.helpers import make_copy, run, venv_bin
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,7 @@ from fedskew.config import load_params
 from fedskew.packed.archive import ship
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.runfiles import write_run_files
-from tests.conftest import REPO, venv_bin
-from tests.integration.test_workflow import changed, jobs, make_copy, planned, run
+from tests.helpers import REPO, changed, jobs, make_copy, planned, run, venv_bin
 
 pytestmark = pytest.mark.slow
 

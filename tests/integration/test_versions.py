@@ -9,8 +9,7 @@ import json
 import re
 import sys
 
-from tests.conftest import TINY_PARAMS, venv_bin
-from tests.integration.test_workflow import make_copy, run
+from tests.helpers import TINY_PARAMS, make_copy, run, venv_bin
 
 
 def _planned_training(dry_run: str) -> list[str]:

@@ -2,82 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import io
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from tests.conftest import REPO, venv_bin
+from tests.helpers import changed, make_copy, planned, run, venv_bin
 
 pytestmark = pytest.mark.slow
-
-
-def make_copy(tmp_path: Path, params: dict) -> Path:
-    """A fresh checkout-like folder: code, workflow and the given params.yaml."""
-    root = tmp_path / "project"
-    root.mkdir()
-    for item in ("src", "workflow"):
-        shutil.copytree(REPO / item, root / item, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    return root
-
-
-def run(cmd: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
-    # As in an activated environment: dvc's stage commands find `snakemake` on PATH.
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    environment = {**os.environ, "PYTHONPATH": str(cwd / "src"), "PATH": path, **env}
-    environment.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run(cmd, cwd=cwd, env=environment, capture_output=True, text=True, timeout=900)
-
-
-def summary(root: Path, *targets: str) -> list[dict[str, str]]:
-    """Snakemake's machine-readable plan for `targets` (`--detailed-summary`, a dry run): a row per output file,
-    with its rule, its job's input files and whether it would be updated."""
-    done = run([venv_bin("snakemake"), "--detailed-summary", *targets], root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return list(csv.DictReader(io.StringIO(done.stdout), delimiter="\t"))
-
-
-def planned(root: Path, *targets: str) -> dict[str, set[str]]:
-    """What Snakemake would run for `targets`: each rule with an output to update, and those outputs."""
-    plan: dict[str, set[str]] = {}
-    for row in summary(root, *targets):
-        if row["plan"] != "no update":
-            plan.setdefault(row["rule"], set()).add(row["output_file"])
-    return plan
-
-
-def jobs(root: Path, *targets: str) -> list[dict]:
-    """The jobs of a dry run for `targets` as Snakemake describes them in its job events (the `fedskew` logger
-    plugin that `make run` reads): rule, input and output files, wildcards."""
-    events = root / "dry-run-events.jsonl"
-    events.unlink(missing_ok=True)
-    done = run([venv_bin("snakemake"), "-n", "--logger", "fedskew", "--logger-fedskew-events-file", str(events),
-                *targets], root)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "job_info"]
-
-
-@contextlib.contextmanager
-def changed(path: Path):
-    """`path` with a line appended, for a dry run to see; then its bytes as they were (a file that is newer but
-    has the same content re-runs nothing: Snakemake compares the checksum it recorded)."""
-    content = path.read_bytes()
-    path.write_bytes(content + b"\n# changed\n")
-    try:
-        yield
-    finally:
-        path.write_bytes(content)
 
 
 def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_path, tiny_params):

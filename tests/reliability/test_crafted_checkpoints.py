@@ -23,7 +23,7 @@ from fedskew.config import load_params
 from fedskew.engine.checkpoint import _MAGIC, CHECKPOINT_NAME, load_checkpoint, read_checkpoint
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.runfiles import read_history, read_metrics
-from tests.conftest import method_config, single_setting
+from tests.helpers import method_config, single_setting
 
 
 class _Payload:

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedskew.tracking.store import move_credentials_out_of_uri, redacted
-from tests.conftest import TINY_PARAMS
-from tests.integration.test_workflow import make_copy
+from tests.helpers import TINY_PARAMS, MlflowServer, make_copy
 
 SECRET = "s3cr3t-Pa55"
 
@@ -55,9 +54,6 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-    from harness import MlflowServer
-
     server = MlflowServer(tmp_path_factory.mktemp("server")).start(timeout_s=90)
     yield server
     server.stop()

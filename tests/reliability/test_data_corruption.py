@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import REPO, TINY_PARAMS, single_setting
+from tests.helpers import REPO, TINY_PARAMS, single_setting
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 
@@ -32,6 +32,7 @@ from fedskew.data.fetch import (  # noqa: E402
     MARKER,
     DatasetCorruptError,
     DatasetUnavailableError,
+    Reach,
     network,
 )
 from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
@@ -185,7 +186,7 @@ def test_one_fetch_path_and_one_marker_for_torchvision_and_external_sources(sour
                          "source": {"kind": "download", "url": f"{server.url}/{source}/{filename}"}}
 
     (raw / source / MARKER).write_text("{garbled")  # an unreadable marker: the files are re-hashed
-    registry.prepare(source, {"source": source}, tmp_path, download=False)
+    registry.prepare(source, {"source": source}, tmp_path, reach=Reach.LOCAL)
     for filename, entry in marker["files"].items():  # the same digests; where the files came from went with it
         entry["source"] = {"kind": "hand-placed", "path": str((raw / source / filename).resolve())}
     assert json.loads((raw / source / MARKER).read_text()) == marker
@@ -194,7 +195,7 @@ def test_one_fetch_path_and_one_marker_for_torchvision_and_external_sources(sour
     (raw / source / MARKER).unlink()
     flip_byte(archive, at=-1)  # same size: only re-hashing tells
     with pytest.raises(DatasetCorruptError, match=archive.name) as info:
-        registry.prepare(source, {"source": source}, tmp_path, download=False)
+        registry.prepare(source, {"source": source}, tmp_path, reach=Reach.LOCAL)
     assert str(archive.resolve()) in str(info.value) and archive.is_file()  # reported, never deleted
 
 
@@ -214,7 +215,7 @@ def test_marker_and_cache_of_an_older_fedskew_are_reverified_not_trusted(server,
     monkeypatch.setattr(torchvision_family, "_decode", lambda *a: decoded.append(a) or original_decode(*a))
     server.requests.clear()
 
-    tensors = torchvision_family.load_tensors("mnist", tmp_path, download=False)
+    tensors = torchvision_family.load_tensors("mnist", tmp_path, reach=Reach.LOCAL)
     assert torch.equal(tensors.x_train, torch.from_numpy(fake.x_train)) and len(decoded) == 1
     assert server.requests == []
     assert "sha256" in json.loads((folder / MARKER).read_text())["files"]["t10k-labels-idx1-ubyte.gz"]
@@ -222,4 +223,4 @@ def test_marker_and_cache_of_an_older_fedskew_are_reverified_not_trusted(server,
     (folder / MARKER).write_text(json.dumps(old_marker))
     flip_byte(folder / "t10k-labels-idx1-ubyte.gz", at=-1)  # the old marker still "matches" its size
     with pytest.raises(DatasetCorruptError, match="t10k-labels-idx1-ubyte.gz"):
-        torchvision_family.load_tensors("mnist", tmp_path, download=False)
+        torchvision_family.load_tensors("mnist", tmp_path, reach=Reach.LOCAL)

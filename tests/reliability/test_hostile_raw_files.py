@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 
@@ -43,7 +43,7 @@ from fedskew.data.datasets import (  # noqa: E402
     tinyimagenet,
     torchvision_family,
 )
-from fedskew.data.fetch import MARKER, DatasetCorruptError, verify  # noqa: E402
+from fedskew.data.fetch import MARKER, DatasetCorruptError, Reach, verify  # noqa: E402
 from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
 try:
@@ -130,7 +130,7 @@ def test_a_same_size_tampered_file_beside_its_marker_is_refused_named_and_kept(t
     fake = install_fake("mnist", server, monkeypatch)
     folder = tmp_path / "data" / "raw" / "mnist"
     place(folder, repackaged(fake, monkeypatch) if by_payload else fake.files)
-    registry.prepare("mnist", {"source": "mnist"}, tmp_path, download=False)
+    registry.prepare("mnist", {"source": "mnist"}, tmp_path, reach=Reach.LOCAL)
     marker = (folder / MARKER).read_bytes()
     assert {e["verified_by"] for e in json.loads(marker)["files"].values()} == \
         {"payload-md5" if by_payload else "archive-md5"}
@@ -140,7 +140,7 @@ def test_a_same_size_tampered_file_beside_its_marker_is_refused_named_and_kept(t
     labels.write_bytes(tampered)
 
     with pytest.raises(DatasetCorruptError) as info:
-        registry.prepare("mnist", {"source": "mnist"}, tmp_path, download=False)
+        registry.prepare("mnist", {"source": "mnist"}, tmp_path, reach=Reach.LOCAL)
     message = str(info.value)
     assert str(labels.resolve()) in message and md5_of(tampered) in message and md5_of(fake.files[LABELS]) in message
     assert "Delete" in message and "\n" not in message
@@ -148,7 +148,7 @@ def test_a_same_size_tampered_file_beside_its_marker_is_refused_named_and_kept(t
     assert (folder / MARKER).read_bytes() == marker  # nor the record of what verified
     assert server.requests == []
     with pytest.raises(DatasetCorruptError, match=LABELS):  # the decoder's own entry point refuses it too
-        torchvision_family.load_tensors("mnist", tmp_path / "data" / "raw", download=False)
+        torchvision_family.load_tensors("mnist", tmp_path / "data" / "raw", reach=Reach.LOCAL)
 
 
 def test_a_same_size_tampered_adult_file_beside_its_marker_is_refused(monkeypatch, tmp_path):
@@ -156,13 +156,13 @@ def test_a_same_size_tampered_adult_file_beside_its_marker_is_refused(monkeypatc
     monkeypatch.setattr(adult, "ADULT_BASE_URL", "http://127.0.0.1:9/closed/")
     monkeypatch.setattr(adult, "ADULT_MD5", {name: md5_of(body) for name, body in files.items()})
     place(tmp_path / "adult", files)
-    adult.load_tensors({}, tmp_path, download=False)
+    adult.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     path = tmp_path / "adult" / "adult.data"
     tampered = files["adult.data"].replace(b"<=50K", b">50KX", 1)  # one income flipped, same size
     assert len(tampered) == len(files["adult.data"])
     path.write_bytes(tampered)
     with pytest.raises(DatasetCorruptError) as info:
-        adult.load_tensors({}, tmp_path, download=False)
+        adult.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert str(path.resolve()) in str(info.value) and md5_of(tampered) in str(info.value)
     assert path.read_bytes() == tampered
 
@@ -171,7 +171,7 @@ def test_a_valid_tensor_cache_beside_a_tampered_file_is_not_used(server, monkeyp
     fake = install_fake("mnist", server, monkeypatch)
     folder = tmp_path / "data" / "raw" / "mnist"
     place(folder, fake.files)
-    registry.prepare("mnist", {"source": "mnist"}, tmp_path, download=False)
+    registry.prepare("mnist", {"source": "mnist"}, tmp_path, reach=Reach.LOCAL)
     cache = files_under(folder)
     loaded = []
     real_load = tensors.load_cache
@@ -179,7 +179,7 @@ def test_a_valid_tensor_cache_beside_a_tampered_file_is_not_used(server, monkeyp
     (folder / LABELS).write_bytes(swapped_labels(fake.files[LABELS]))
 
     with pytest.raises(DatasetCorruptError, match=LABELS):
-        registry.prepare("mnist", {"source": "mnist"}, tmp_path, download=False)
+        registry.prepare("mnist", {"source": "mnist"}, tmp_path, reach=Reach.LOCAL)
     assert loaded == []  # refused before the cache was even looked at
     assert {k: v for k, v in files_under(folder).items() if k != LABELS} == \
         {k: v for k, v in cache.items() if k != LABELS}  # cache, sidecar and marker untouched
@@ -191,11 +191,11 @@ def test_a_changed_file_that_still_verifies_rebuilds_the_cache(server, monkeypat
     fake = install_fake("mnist", server, monkeypatch)
     root = tmp_path / "raw"
     place(root / "mnist", fake.files)
-    first = torchvision_family.load_tensors("mnist", root, download=False)
+    first = torchvision_family.load_tensors("mnist", root, reach=Reach.LOCAL)
     place(root / "mnist", repackaged(fake, monkeypatch))
     decoded, real_decode = [], torchvision_family._decode
     monkeypatch.setattr(torchvision_family, "_decode", lambda *a: decoded.append(a) or real_decode(*a))
-    again = torchvision_family.load_tensors("mnist", root, download=False)
+    again = torchvision_family.load_tensors("mnist", root, reach=Reach.LOCAL)
     assert len(decoded) == 1  # rebuilt, from the new bytes
     assert torch.equal(again.x_train, first.x_train) and torch.equal(again.y_train, first.y_train)
     key = json.loads((root / "mnist" / CACHE_META).read_text())["key"]["sha256"]
@@ -208,13 +208,13 @@ def test_a_structure_verified_file_that_changed_is_checked_again(server, monkeyp
     second, expected = fakes.fake_cinic10(seed=1)
     monkeypatch.setattr(cinic10, "CINIC10_MD5", None)
     place(tmp_path / "cinic10", {cinic10.ARCHIVE: first})
-    cinic10.load_tensors({}, tmp_path, download=False)
+    cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     checked, real_check = [], cinic10.check_structure
     monkeypatch.setattr(cinic10, "check_structure", lambda path: checked.append(path) or real_check(path))
-    cinic10.load_tensors({}, tmp_path, download=False)
+    cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert checked == []  # the same bytes: the marker spares the check it recorded
     place(tmp_path / "cinic10", {cinic10.ARCHIVE: second})
-    _, decoded = cinic10.load_tensors({}, tmp_path, download=False)
+    _, decoded = cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert len(checked) == 1 and np.array_equal(decoded["y_train"].numpy(), expected.y_train)
     assert np.array_equal(decoded["x_train"].numpy(), expected.x_train)
     entry = json.loads((tmp_path / "cinic10" / MARKER).read_text())["files"][cinic10.ARCHIVE]
@@ -265,7 +265,7 @@ def test_a_torchvision_archive_swapped_after_its_check_is_refused_by_the_decode(
     body = swapped_labels(fake.files[LABELS]) if name == "mnist" else make_fake(name, server.url, seed=1).files[filename]
     swap_after_check(torchvision_family, monkeypatch, path, body)
     with pytest.raises(DatasetCorruptError) as info:
-        torchvision_family.load_tensors(name, tmp_path, download=False)
+        torchvision_family.load_tensors(name, tmp_path, reach=Reach.LOCAL)
     assert_refused_as_changed(info, path, body)
     assert temporaries(tmp_path) == []
 
@@ -278,7 +278,7 @@ def test_cinic10_swapped_after_its_check_is_refused_by_the_decode(monkeypatch, t
     path = tmp_path / "cinic10" / cinic10.ARCHIVE
     swap_after_check(cinic10, monkeypatch, path, second)
     with pytest.raises(DatasetCorruptError) as info:
-        cinic10.load_tensors({}, tmp_path, download=False)
+        cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert_refused_as_changed(info, path, second)
 
 
@@ -294,7 +294,7 @@ def test_tinyimagenet_swapped_after_its_check_is_refused_by_the_decode(tiny_zip,
     body = tiny_zip + b"\0"  # other bytes
     swap_after_check(tinyimagenet, monkeypatch, path, body)
     with pytest.raises(DatasetCorruptError) as info:
-        tinyimagenet.load_tensors({}, tmp_path, download=False)
+        tinyimagenet.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert_refused_as_changed(info, path, body)
     assert temporaries(tmp_path) == []
 
@@ -307,7 +307,7 @@ def test_adult_swapped_after_its_check_is_refused_by_the_preprocessing(monkeypat
     body = files["adult.test"].replace(b">50K.", b"<=50K.", 1)
     swap_after_check(adult, monkeypatch, path, body)
     with pytest.raises(DatasetCorruptError) as info:
-        adult.load_tensors({}, tmp_path, download=False)
+        adult.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert_refused_as_changed(info, path, body)
 
 
@@ -409,11 +409,11 @@ def test_a_cifar_archive_with_a_member_outside_its_folder_is_refused_and_writes_
     (tmp_path / "victim.txt").write_text("precious")
     root = tmp_path / "raw"
     place(root / "cifar10", {"cifar-10-python.tar.gz": data})
-    torchvision_family.prepare("cifar10", root, download=False)  # it verifies: its md5 is the pinned one
+    torchvision_family.ensure_archives("cifar10", root, reach=Reach.LOCAL)  # it verifies: its md5 is the pinned one
     before, beside = files_under(tmp_path), sorted(p.name for p in tmp_path.parent.iterdir())
 
     with pytest.raises(DatasetCorruptError) as info:
-        torchvision_family.load_tensors("cifar10", root, download=False)
+        torchvision_family.load_tensors("cifar10", root, reach=Reach.LOCAL)
     message = str(info.value)
     assert "cifar-10-python.tar.gz" in message and repr(hostile.name) in message and says in message
     assert "\n" not in message
@@ -436,7 +436,7 @@ def test_a_cinic10_tarball_with_a_hostile_member_is_refused(pinned, hostile, mon
     monkeypatch.setattr(cinic10, "CINIC10_MD5", md5_of(data) if pinned else None)
     place(tmp_path / "cinic10", {cinic10.ARCHIVE: data})
     with pytest.raises(DatasetCorruptError) as info:
-        cinic10.load_tensors({}, tmp_path, download=False)
+        cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert cinic10.ARCHIVE in str(info.value) and repr(hostile.name) in str(info.value)
     assert not (tmp_path / "cinic10" / CACHE).exists() and (tmp_path / "cinic10" / cinic10.ARCHIVE).read_bytes() == data
 
@@ -463,6 +463,6 @@ def test_a_tinyimagenet_zip_with_a_hostile_member_is_refused(name, mode, says, t
     monkeypatch.setattr(tinyimagenet, "TINYIMAGENET_MD5", md5_of(data))
     place(tmp_path / "tinyimagenet", {tinyimagenet.ARCHIVE: data})
     with pytest.raises(DatasetCorruptError) as info:
-        tinyimagenet.load_tensors({}, tmp_path, download=False)
+        tinyimagenet.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     assert tinyimagenet.ARCHIVE in str(info.value) and repr(name) in str(info.value) and says in str(info.value)
     assert not (tmp_path / "tinyimagenet" / CACHE).exists() and temporaries(tmp_path) == []

@@ -18,15 +18,13 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from fedskew import tracking
-from tests.conftest import TINY_PARAMS, venv_bin
-from tests.integration.test_workflow import make_copy
+from tests.helpers import TINY_PARAMS, isolated_env, make_copy, venv_bin
 
 pytest.importorskip("mlflow")
 
@@ -42,23 +40,16 @@ def small_suite(methods: list[str], seeds: list[int]) -> dict:
     return params
 
 
-def _env(root: Path) -> dict:
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    env = {**os.environ, "PYTHONPATH": str(root / "src"), "PATH": path}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.pop("FEDSKEW_TRACKING", None)
-    return env
-
-
 def snakemake(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([venv_bin("snakemake"), "--cores", "2", *args], cwd=root, env=_env(root),
+    return subprocess.run([venv_bin("snakemake"), "--cores", "2", *args], cwd=root, env=isolated_env(root),
                           capture_output=True, text=True, timeout=600)
 
 
 def kill_at(root: Path, delay: float, until_file: str | None = None) -> None:
     """Run (or resume) the workflow; SIGKILL its whole process group after `delay` s or once `until_file` appears."""
-    process = subprocess.Popen([venv_bin("snakemake"), "--cores", "2", "--rerun-incomplete"], cwd=root, env=_env(root),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen([venv_bin("snakemake"), "--cores", "2", "--rerun-incomplete"], cwd=root,
+                               env=isolated_env(root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline and process.poll() is None:
         if until_file and list(root.glob(until_file)):

@@ -12,29 +12,29 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
-import yaml
 
 from fedskew import paths
-from fedskew.config import load_params
-from tests.cluster.harness import MlflowServer
-from tests.conftest import REPO
+from tests.helpers import (
+    KILL_ROUNDS,
+    REPO,
+    MlflowServer,
+    live_run,
+    metric_steps,
+    mlflow_runs,
+    wait_for_checkpoint,
+)
 
 pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 pytestmark = pytest.mark.slow
-ROUNDS = 30
-KILL_ROUNDS = 120  # long enough that the kill lands mid-run (seconds of training, 4x ROUNDS)
 
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    """A real tracking server on a free loopback port, with its own SQLite store (the cluster tests' one)."""
+    """A real tracking server on a free loopback port, with its own SQLite store (the cluster tests' one too)."""
     server = MlflowServer(tmp_path_factory.mktemp("server")).start(timeout_s=90)
     yield server.uri
     server.stop()
@@ -47,19 +47,6 @@ def store(request, project):
         "mlflow_server")
 
 
-def _configure(project, rounds=ROUNDS, **training) -> object:
-    """The first run of the tiny suite, renamed so that each test has its own MLflow experiment
-    (the server outlives a test, and a run id does not depend on the suite's name)."""
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    suite = f"live{uuid.uuid4().hex[:8]}"
-    params["suites"] = {suite: params["suites"]["tiny"]}
-    params["training"] = {suite: {**params["training"]["tiny"], "rounds": rounds, "eval_every": 1,
-                                  "checkpoint_every": 1, **training}}
-    params["run"]["suites"] = [suite]
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    return load_params(project / "params.yaml").runs([suite])[0]
-
-
 def _train(project, cfg, uri, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MLFLOW_TRACKING_URI": uri,
            "FEDSKEW_TRACKING": "1", "FEDSKEW_TRACKING_FLUSH_S": "0.5"}
@@ -69,28 +56,13 @@ def _train(project, cfg, uri, **popen) -> subprocess.Popen:
                             start_new_session=True, **popen)
 
 
-def _runs(uri, cfg) -> list:
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
-        return []  # not created yet: a client here would create it, racing the job
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(f"fedskew/{cfg.suite}")
-    if experiment is None:
-        return []
-    return [r for r in client.search_runs([experiment.experiment_id])
-            if r.data.tags.get("fedskew.run_id") == cfg.run_id]
-
-
-def _steps(uri, run_id, metric="accuracy/test_acc") -> Counter:
-    return Counter(p.step for p in MlflowClient(tracking_uri=uri).get_metric_history(run_id, metric))
-
-
 def _wait_for_round(project, cfg, uri, at_least: int, job: subprocess.Popen) -> None:
     """Until the live run shows `at_least` rounds and a checkpoint exists (so a kill leaves one)."""
     checkpoint = project / cfg.path(paths.CHECKPOINT_DIR) / "last.pt"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        runs = _runs(uri, cfg)
-        if runs and checkpoint.exists() and len(_steps(uri, runs[0].info.run_id)) >= at_least:
+        runs = mlflow_runs(uri, cfg)
+        if runs and checkpoint.exists() and len(metric_steps(uri, runs[0].info.run_id)) >= at_least:
             return
         if job.poll() is not None and not runs:
             pytest.fail(f"the job ended ({job.returncode}) without a live run: {job.stderr.read()[-3000:]}")
@@ -99,17 +71,17 @@ def _wait_for_round(project, cfg, uri, at_least: int, job: subprocess.Popen) -> 
 
 
 def test_a_finished_run_was_running_while_it_trained(project, store) -> None:
-    # KILL_ROUNDS: long enough that round 1 shows up well before the end (with ROUNDS a loaded
+    # KILL_ROUNDS: long enough that round 1 shows up well before the end (with LIVE_ROUNDS a loaded
     # machine could see the run only once it had finished)
-    cfg = _configure(project, rounds=KILL_ROUNDS)
+    cfg = live_run(project, rounds=KILL_ROUNDS)
     job = _train(project, cfg, store)
     _wait_for_round(project, cfg, store, 1, job)
-    (running,) = _runs(store, cfg)
+    (running,) = mlflow_runs(store, cfg)
     assert running.info.status == "RUNNING"  # visible before the end
     assert job.wait(timeout=300) == 0, job.stderr.read()[-3000:]
-    (run,) = _runs(store, cfg)
+    (run,) = mlflow_runs(store, cfg)
     assert run.info.run_id == running.info.run_id and run.info.status == "FINISHED"
-    assert _steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
+    assert metric_steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
     # the tags trace the cell to its exact inputs
     assert run.data.tags["fedskew.partition_hash"] == json.loads(
         (project / cfg.path(paths.PARTITION_JSON)).read_text())["content_hash"]
@@ -119,43 +91,33 @@ def test_a_finished_run_was_running_while_it_trained(project, store) -> None:
 
 
 def test_a_failing_run_is_marked_failed_with_its_rounds(project, store) -> None:
-    cfg = _configure(project, lr=1e6)  # diverges; on_divergence defaults to an error
+    cfg = live_run(project, lr=1e6)  # diverges; on_divergence defaults to an error
     job = _train(project, cfg, store)
     assert job.wait(timeout=300) == 1
-    (run,) = _runs(store, cfg)
+    (run,) = mlflow_runs(store, cfg)
     assert run.info.status == "FAILED" and "non-finite" in run.data.tags["fedskew.error"]
-
-
-def _wait_for_checkpoint(project, cfg, job: subprocess.Popen) -> None:
-    """Until the first checkpoint exists; round 1 was sent to MLflow just before it was written."""
-    checkpoint = project / cfg.path(paths.CHECKPOINT_DIR) / "last.pt"
-    deadline = time.monotonic() + 120
-    while not checkpoint.exists():
-        if job.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"the job never wrote a checkpoint: {job.stderr.read()[-3000:]}")
-        time.sleep(0.005)
 
 
 @pytest.mark.parametrize("kill", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_a_killed_run_is_continued_by_its_retry_without_duplicates(project, store, kill) -> None:
-    cfg = _configure(project, rounds=KILL_ROUNDS)
+    cfg = live_run(project, rounds=KILL_ROUNDS)
     job = _train(project, cfg, store)
-    _wait_for_checkpoint(project, cfg, job)
+    wait_for_checkpoint(project, cfg, job)
     os.killpg(job.pid, kill)
     code = job.wait(timeout=60)
-    (stopped,) = _runs(store, cfg)
+    (stopped,) = mlflow_runs(store, cfg)
     if kill == signal.SIGTERM:  # a preemption: the run says so, the job says how to go on
         assert code == 143 and "stopped by signal SIGTERM" in job.stderr.read()
         assert stopped.info.status == "KILLED"
     else:  # nothing could be recorded: the run stays RUNNING until its retry continues it
         assert stopped.info.status == "RUNNING"
-    logged_before = _steps(store, stopped.info.run_id)
+    logged_before = metric_steps(store, stopped.info.run_id)
     assert 1 <= len(logged_before) < KILL_ROUNDS and set(logged_before.values()) == {1}
 
     retry = _train(project, cfg, store)
     assert retry.wait(timeout=300) == 0, retry.stderr.read()[-3000:]
     assert "resuming after round" in retry.stderr.read()
-    (run,) = _runs(store, cfg)  # the same run, continued: not a second one
+    (run,) = mlflow_runs(store, cfg)  # the same run, continued: not a second one
     assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
     assert "fedskew.error" not in run.data.tags  # the kill's reason went with the kill
-    assert _steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))  # every round exactly once
+    assert metric_steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))  # every round exactly once

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fedskew.cli import main
-from tests.conftest import TINY_PARAMS, venv_bin
+from tests.helpers import TINY_PARAMS, venv_bin
 
 
 def _set(*path_and_value) -> Callable[[dict], None]:
@@ -384,7 +384,7 @@ WORKFLOW_CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("description, text, key", WORKFLOW_CASES, ids=[c[0] for c in WORKFLOW_CASES])
 def test_snakemake_refuses_before_any_job(tmp_path, description, text, key):
-    from tests.integration.test_workflow import make_copy, run
+    from tests.helpers import make_copy, run
 
     root = make_copy(tmp_path, {})
     (root / "params.yaml").write_text(text)
@@ -399,7 +399,7 @@ def test_snakemake_refuses_before_any_job(tmp_path, description, text, key):
 def test_snakemake_refuses_an_unknown_kernel_choice_before_any_job(tmp_path):
     """Every run id depends on FEDSKEW_CPU_KERNELS (fedskew.config.RunConfig.run_id): a value fedskew does
     not know stops the workflow while the DAG is built, with the same message `python -m fedskew` gives."""
-    from tests.integration.test_workflow import make_copy, run
+    from tests.helpers import make_copy, run
 
     root = make_copy(tmp_path, TINY_PARAMS)
     result = run([venv_bin("snakemake"), "-n", "--cores", "1"], root, FEDSKEW_CPU_KERNELS="bogus")

@@ -22,12 +22,10 @@ import yaml
 
 from fedskew import paths
 from fedskew.config import load_params
-from tests.conftest import REPO
+from tests.helpers import KILL_ROUNDS, REPO
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402
-
-from tests.reliability.test_live_tracking import KILL_ROUNDS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_PARAMS
-from tests.integration.test_workflow import make_copy
-from tests.reliability.test_kill_resume import _env  # the project's own code, its own MLflow store
+from tests.helpers import TINY_PARAMS, isolated_env, make_copy  # the project's own code, its own MLflow store
 
 pytest.importorskip("mlflow")
 
@@ -51,9 +49,9 @@ def _processes_in(root: Path) -> list[str]:
                          ids=["SIGTERM", "SIGINT", "SIGINT, ignored from the start as in a script's background job"])
 def test_a_signal_to_fedskew_run_stops_snakemake_and_its_jobs(tmp_path, stop, sigint) -> None:
     root = make_copy(tmp_path, _params()).resolve()
-    build = subprocess.Popen([sys.executable, "-m", "fedskew", "run", "--cores", "2"], cwd=root, env=_env(root),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    build = subprocess.Popen([sys.executable, "-m", "fedskew", "run", "--cores", "2"], cwd=root,
+                             env=isolated_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and build.poll() is None \
             and len(list(root.glob("results/checkpoints/tiny/**/last.pt"))) < 2:
@@ -72,8 +70,8 @@ def test_a_signal_to_fedskew_run_stops_snakemake_and_its_jobs(tmp_path, stop, si
     if stop != signal.SIGTERM:
         return
 
-    again = subprocess.run([sys.executable, "-m", "fedskew", "run", "--cores", "2"], cwd=root, env=_env(root),
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run([sys.executable, "-m", "fedskew", "run", "--cores", "2"], cwd=root,
+                           env=isolated_env(root), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "unlock" not in again.stderr.lower()
     assert len(list(root.glob("results/runs/tiny/**/metrics.json"))) == 2

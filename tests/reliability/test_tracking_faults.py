@@ -22,7 +22,7 @@ import pytest
 from fedskew import paths, tracking
 from fedskew.cli import cmd_train, main
 from fedskew.config import load_params
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402

@@ -20,14 +20,7 @@ import pytest
 
 from fedskew import paths, tracking
 from fedskew.tracking.worker import SidecarRun
-from tests.conftest import REPO
-from tests.reliability.test_live_tracking import (
-    KILL_ROUNDS,
-    _configure,
-    _runs,
-    _steps,
-    _wait_for_checkpoint,
-)
+from tests.helpers import KILL_ROUNDS, REPO, live_run, metric_steps, mlflow_runs, wait_for_checkpoint
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient
@@ -199,51 +192,51 @@ def store(project, migrated_store) -> str:
 
 
 def test_a_killed_worker_fails_tracking_not_the_job_and_track_backfills(project, store) -> None:
-    cfg = _configure(project, rounds=KILL_ROUNDS)
+    cfg = live_run(project, rounds=KILL_ROUNDS)
     job = _train(project, cfg, store)
-    _wait_for_checkpoint(project, cfg, job)  # the run is in MLflow before the first checkpoint
+    wait_for_checkpoint(project, cfg, job)  # the run is in MLflow before the first checkpoint
     os.kill(_worker_of(job), signal.SIGKILL)
     log = _finish(job)
     assert "TRACKING FAILED" in log and "was killed by SIGKILL" in log
     assert f"python -m fedskew track --suite {cfg.suite}" in log
     assert (project / cfg.path(paths.RUN_METRICS)).exists()  # the run files are the truth
-    (run,) = _runs(store, cfg)
+    (run,) = mlflow_runs(store, cfg)
     assert run.info.status == "RUNNING"
 
     backfill = subprocess.run([sys.executable, "-m", "fedskew", "track", "--suite", cfg.suite], cwd=project,
                               env={**os.environ, "PYTHONPATH": str(REPO / "src"), "MLFLOW_TRACKING_URI": store},
                               capture_output=True, text=True, timeout=300, check=False)
     assert backfill.returncode == 0, backfill.stderr[-3000:]
-    (run,) = _runs(store, cfg)  # the same run, completed
-    assert run.info.status == "FINISHED" and _steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
+    (run,) = mlflow_runs(store, cfg)  # the same run, completed
+    assert run.info.status == "FINISHED" and metric_steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
 
 
 def test_a_job_killed_alone_leaves_its_run_running_and_the_retry_continues_it(project, store) -> None:
     """kill -9 of the job only (the OOM killer picks the largest process): the worker sees its
     stdin close, exits at once and leaves the run RUNNING, as a killed in-process job did."""
-    cfg = _configure(project, rounds=KILL_ROUNDS)
+    cfg = live_run(project, rounds=KILL_ROUNDS)
     job = _train(project, cfg, store)
-    _wait_for_checkpoint(project, cfg, job)
+    wait_for_checkpoint(project, cfg, job)
     worker = _worker_of(job)
     job.kill()
     job.communicate(timeout=60)
     assert _gone(worker, timeout=30)
-    (stopped,) = _runs(store, cfg)
-    assert stopped.info.status == "RUNNING" and 1 <= len(_steps(store, stopped.info.run_id)) < KILL_ROUNDS
+    (stopped,) = mlflow_runs(store, cfg)
+    assert stopped.info.status == "RUNNING" and 1 <= len(metric_steps(store, stopped.info.run_id)) < KILL_ROUNDS
 
     assert "resuming after round" in _finish(_train(project, cfg, store))
-    (run,) = _runs(store, cfg)
+    (run,) = mlflow_runs(store, cfg)
     assert run.info.run_id == stopped.info.run_id and run.info.status == "FINISHED"
-    assert _steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
+    assert metric_steps(store, run.info.run_id) == Counter(range(1, KILL_ROUNDS + 1))
 
 
 def test_ctrl_c_reaches_the_worker_too_but_the_job_records_killed(project, store) -> None:
     """SIGINT to the whole process group, as Ctrl-C in a terminal: the worker ignores it and
     records the KILLED status that the job sends."""
-    cfg = _configure(project, rounds=KILL_ROUNDS)
+    cfg = live_run(project, rounds=KILL_ROUNDS)
     job = _train(project, cfg, store)
-    _wait_for_checkpoint(project, cfg, job)
+    wait_for_checkpoint(project, cfg, job)
     os.killpg(job.pid, signal.SIGINT)
     _finish(job, code=130)
-    (run,) = _runs(store, cfg)
+    (run,) = mlflow_runs(store, cfg)
     assert run.info.status == "KILLED" and run.data.tags[tracking.ERROR_TAG] == "interrupted"

@@ -19,7 +19,7 @@ import pytest
 
 from fedskew import paths, tracking
 from fedskew.config import load_params
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402

@@ -13,7 +13,7 @@ from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import TrainingSettings, local_optimizer
 from fedskew.numerics.adam import Adam
 from fedskew.numerics.sgd import SGD
-from tests.conftest import TINY_PARAMS
+from tests.helpers import TINY_PARAMS
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
@@ -81,7 +81,7 @@ def test_a_client_trains_with_adam_and_starts_from_fresh_moments():
     from fedskew.data.registry import DatasetInfo
     from fedskew.engine.rounds import train_client
     from fedskew.models import build_model
-    from tests.unit.helpers import make_client, random_digits
+    from tests.helpers import make_client, random_digits
 
     x, y = random_digits(40)
     x = x.reshape(len(x), -1)

@@ -12,9 +12,9 @@ import re
 import pytest
 import yaml
 
-from fedskew import catalog, cli, config
+from fedskew import catalog, cli, config, config_schema
 from fedskew.data import datasets
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 DOC = (REPO / "docs" / "datasets.md").read_text()
 SECTION = DOC[DOC.index("## Adding a dataset"):]
@@ -40,7 +40,7 @@ def blobs_added(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "blobs.py").write_text(module)
     monkeypatch.setattr(datasets, "__path__", [*datasets.__path__, str(folder)])
-    caches = (datasets.dataset_sources, config.params_schema, config._schema_validator)
+    caches = (datasets.dataset_sources, config_schema.params_schema, config_schema._schema_validator)
     try:
         exec(entry, vars(catalog))  # noqa: S102 - the doc's two lines, run on the catalog's own dicts
         for cached in caches:

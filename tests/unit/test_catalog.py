@@ -81,8 +81,9 @@ def test_hyperparameters_are_the_algorithms_in_their_order():
     assert json.dumps(catalog.HYPERPARAMETERS) == json.dumps(real), f"write HYPERPARAMETERS = {real!r}"
 
 
-def test_split_algorithms_are_the_split_family():
-    assert catalog.SPLIT_ALGORITHMS == {name for name, cls in ALGORITHMS.items() if cls.family == "split"}
+def test_every_algorithm_is_in_its_family():
+    real = {name: cls.family for name, cls in ALGORITHMS.items()}
+    assert catalog.FAMILIES == real, f"FAMILIES differs from the classes' `family`: {real!r}"
 
 
 def _source_files(source: str):
@@ -165,7 +166,7 @@ def test_a_raised_version_changes_exactly_its_runs_ids(monkeypatch):
     its config.yaml (to_dict) records the version."""
     from fedskew import discovery
     from fedskew.config import load_params
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     runs = load_params(REPO / "params.yaml").runs(["default", "methods"])
     before = [cfg.run_id for cfg in runs]

@@ -19,7 +19,7 @@ from fedskew.reproduce.ledger import render_policy
 from fedskew.reproduce.policy import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Effect, PolicyError, decimals_for,
                                       fmt_effect, judge, load_policy, paired_effect, parse_policy, t_quantile)
 from fedskew.reproduce.verdicts import combine_parts, evaluate, paper_status
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @dataclass
@@ -123,7 +123,7 @@ def test_a_column_whose_baselines_have_not_all_run_stays_open_and_names_them() -
     claim = _claim(kind="gap", subject="A", against=["B", "C"], columns=["x"])
     part = evaluate(claim, Seeds(ran))["parts"][0]
     assert part["verdict"] == INCONCLUSIVE and part["baselines_missing"] == ["C"]
-    assert "without C (not run)" in ledger._part_text(part, 2, paper=False)
+    assert "without C (not run)" in ledger._part_text(part, 2, ledger.Wording.OURS)
     behind = {**ran, ("B", "x"): {0: 90.0, 1: 90.0, 2: 90.0}}  # a sure failure stands whatever is missing
     assert evaluate(claim, Seeds(behind))["verdict"] == NOT_REPRODUCED
     # The paper's blank cell is not a missing run: its numbers are judged on what it prints.

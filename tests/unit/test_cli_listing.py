@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from fedskew.cli import main
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture

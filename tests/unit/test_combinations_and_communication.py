@@ -12,7 +12,7 @@ from fedskew.fl.fedlc import FedLC
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.fedsam import FedSAM
 from fedskew.fl.scaffold import Scaffold
-from tests.conftest import method_config, single_setting
+from tests.helpers import method_config, single_setting
 
 
 @pytest.fixture
@@ -27,9 +27,9 @@ def _run(tiny_params, method: str, rounds: int = 4, **hyperparameters):
 
 
 @pytest.mark.parametrize("name,parts", [
-    ("fedlc_scaffold", {"local_loss": FedLC, "after_backward": Scaffold, "aggregate": Scaffold}),
+    ("fedlc_scaffold", {"local_loss": FedLC, "after_backward": Scaffold, "begin_aggregate": Scaffold}),
     ("fedlc_fedprox", {"local_loss": FedLC, "after_backward": FedProx}),
-    ("feded_fedexp", {"local_loss": FedED, "aggregate": FedExp}),
+    ("feded_fedexp", {"local_loss": FedED, "begin_aggregate": FedExp, "local_start": FedExp}),
     ("feded_fedsam", {"local_loss": FedED, "local_step": FedSAM}),
 ])
 def test_combinations_take_each_hook_from_the_parent_that_defines_it(name, parts):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fedskew.config import ConfigError, load_params
-from tests.conftest import REPO, TINY_PARAMS
+from tests.helpers import REPO, TINY_PARAMS
 
 
 def _with(change) -> dict:
@@ -258,7 +258,7 @@ def test_run_id_is_a_hash_of_the_resolved_config():
 
 def test_schema_knows_exactly_the_registered_algorithms_and_hyperparameters():
     from fedskew.algorithms import ALGORITHMS
-    from fedskew.config import SCHEMA_PATH
+    from fedskew.config_schema import SCHEMA_PATH
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     method = schema["$defs"]["method"]
@@ -308,7 +308,7 @@ def test_cli_models_lists_split_points_and_defaults(capsys):
 
 
 def test_schema_knows_exactly_the_registered_models_and_dataset_sources():
-    from fedskew.config import params_schema
+    from fedskew.config_schema import params_schema
     from fedskew.data.registry import DATASET_DEFAULTS
     from fedskew.models import MODELS
 
@@ -358,7 +358,7 @@ def _walk_schema(node, path=""):
 
 
 def test_every_integer_in_the_schema_has_a_maximum():
-    from fedskew.config import SCHEMA_PATH
+    from fedskew.config_schema import SCHEMA_PATH
 
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     unbounded = []

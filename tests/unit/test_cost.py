@@ -8,7 +8,7 @@ import pytest
 from fedskew.config import load_params
 from fedskew.data import sources
 from fedskew.reproduce import cost
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fedskew.numerics import cpu_pin
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_portable_kernels_set_every_variable_that_is_unset():

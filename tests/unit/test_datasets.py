@@ -23,7 +23,7 @@ from fake_archives import LoopbackServer  # noqa: E402
 
 from fedskew.data import registry  # noqa: E402
 from fedskew.data.datasets import adult, cinic10, femnist, imagenet_subset, tinyimagenet  # noqa: E402
-from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError  # noqa: E402
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, Reach  # noqa: E402
 from fedskew.data.partitions import make_partition  # noqa: E402
 from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
@@ -116,7 +116,7 @@ def test_cinic10_second_call_reuses_the_cache(cinic_fake, server, monkeypatch, t
     cinic10.load_tensors({}, tmp_path)
     server.requests.clear()
     monkeypatch.setattr(cinic10, "_decode", lambda *a: pytest.fail("decoded again"))
-    assert_images(cinic10.load_tensors({}, tmp_path, download=False)[1], expected, (3, 32, 32))
+    assert_images(cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)[1], expected, (3, 32, 32))
     assert server.requests == []
 
 
@@ -141,7 +141,7 @@ def test_cinic10_corrupt_download_raises_and_writes_nothing(cinic_fake, server, 
     assert not folder.exists() or list(folder.iterdir()) == []
     assert leftovers(tmp_path) == []
     with pytest.raises(DatasetUnavailableError):
-        cinic10.load_tensors({}, tmp_path, download=False)
+        cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     server.files[path] = data  # the server recovers: a retry succeeds
     assert_images(cinic10.load_tensors({}, tmp_path)[1], expected, (3, 32, 32))
 
@@ -179,7 +179,7 @@ def test_cinic10_hand_placed_archive_is_used_offline(cinic_fake, server, monkeyp
     serve_cinic(server, monkeypatch, data)
     (tmp_path / "cinic10").mkdir()
     (tmp_path / "cinic10" / "CINIC-10.tar.gz").write_bytes(data)
-    assert_images(cinic10.load_tensors({}, tmp_path, download=False)[1], expected, (3, 32, 32))
+    assert_images(cinic10.load_tensors({}, tmp_path, reach=Reach.LOCAL)[1], expected, (3, 32, 32))
     assert server.requests == []
 
 
@@ -225,7 +225,7 @@ def test_tinyimagenet_missing_without_download_names_the_zip(tiny_fake, server, 
     data, _ = tiny_fake
     serve_tiny(server, monkeypatch, data)
     with pytest.raises(DatasetUnavailableError) as info:
-        tinyimagenet.load_tensors({}, tmp_path, download=False)
+        tinyimagenet.load_tensors({}, tmp_path, reach=Reach.LOCAL)
     message = str(info.value)
     assert "tiny-imagenet-200.zip" in message and str((tmp_path / "tinyimagenet").resolve()) in message
     assert server.requests == []
@@ -312,7 +312,7 @@ def test_adult_hand_placed_files_are_used_offline(server, monkeypatch, tmp_path)
     (tmp_path / "adult").mkdir()
     for name, body in files.items():
         (tmp_path / "adult" / name).write_bytes(body)
-    assert adult.load_tensors({}, tmp_path, download=False)[1]["x_train"].shape == (10, 105)
+    assert adult.load_tensors({}, tmp_path, reach=Reach.LOCAL)[1]["x_train"].shape == (10, 105)
     assert server.requests == []
 
 
@@ -474,7 +474,7 @@ def test_registry_adult_features_are_not_renormalised(server, monkeypatch, tmp_p
 def test_registry_femnist_gives_natural_groups(tmp_path):
     leaf = fakes.write_fake_leaf(tmp_path / "data" / "raw" / "femnist")
     spec = {**registry.DATASET_DEFAULTS["femnist"], "source": "femnist", "writers": 4}
-    ready = registry.prepare("femnist4", spec, tmp_path, download=False)
+    ready = registry.prepare("femnist4", spec, tmp_path, reach=Reach.LOCAL)
     assert json.loads(ready.read_text())["tensors"] == "data/raw/femnist/writers4-seed0/tensors.pt"
     loaded = registry.load("femnist4", spec, tmp_path)
     assert loaded.num_classes == 62 and loaded.x_train.shape[1:] == (1, 28, 28)
@@ -510,7 +510,7 @@ def test_dataset_info_and_defaults_of_the_new_sources():
 def test_schema_accepts_the_new_sources_and_their_options():
     import jsonschema
 
-    from fedskew.config import params_schema
+    from fedskew.config_schema import params_schema
 
     schema = params_schema()
     validator = jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/dataset"})

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from fedskew.cli import build_parser
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 DOCS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
         "benchmarks/README.md", "data/README.md"]

@@ -22,17 +22,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 from fake_archives import FakeDataset, LoopbackServer, install_fake  # noqa: E402
 
+from fedskew.data import registry  # noqa: E402
 from fedskew.data.datasets import torchvision_family  # noqa: E402
 from fedskew.data.datasets.torchvision_family import (  # noqa: E402
     TORCHVISION_DATASETS,
     DatasetCorruptError,
     DatasetUnavailableError,
     RawTensors,
+    ensure_archives,
     load_tensors,
-    prepare,
     raw_dir,
 )
-from fedskew.data.fetch import MARKER, network  # noqa: E402
+from fedskew.data.fetch import MARKER, Reach, network  # noqa: E402
 from fedskew.data.files import file_sha256  # noqa: E402
 from fedskew.data.tensors import CACHE, CACHE_META  # noqa: E402
 
@@ -109,7 +110,7 @@ def test_corrupt_download_raises_and_leaves_nothing_trusted(name, server, monkey
     good = server.files[f"/{name}/{last}"]
     server.files[f"/{name}/{last}"] = good[:-1] + bytes([good[-1] ^ 0xFF])
     with pytest.raises(DatasetCorruptError) as info:
-        prepare(name, tmp_path)
+        ensure_archives(name, tmp_path)
     message = str(info.value)
     assert last in message and md5_of(fake.files[last]) in message  # the expected md5
     assert md5_of(server.files[f"/{name}/{last}"]) in message  # the actual md5
@@ -118,7 +119,7 @@ def test_corrupt_download_raises_and_leaves_nothing_trusted(name, server, monkey
     assert not folder.exists() or list(folder.iterdir()) == []
     assert leftovers(tmp_path) == []
     with pytest.raises(DatasetUnavailableError):  # nothing on disk is trusted for an offline run
-        prepare(name, tmp_path, download=False)
+        ensure_archives(name, tmp_path, reach=Reach.LOCAL)
     server.files[f"/{name}/{last}"] = good  # the mirror recovers: a retry succeeds
     assert_matches(load_tensors(name, tmp_path), fake, name)
 
@@ -134,7 +135,7 @@ def test_unreachable_server_raises_unavailable_with_instructions(name, server, m
     fake = install_fake(name, dead, monkeypatch)
     monkeypatch.setattr(network, "DOWNLOAD_TIMEOUT_S", 5.0)
     with pytest.raises(DatasetUnavailableError) as info:
-        prepare(name, tmp_path)
+        ensure_archives(name, tmp_path)
     message = str(info.value)
     assert "download" in message and "failed" in message and "refused" in message.lower()
     assert str(raw_dir(name, tmp_path).resolve()) in message
@@ -148,7 +149,7 @@ def test_http_error_is_reported_as_unavailable(server, monkeypatch, tmp_path):
     install_fake("cifar10", server, monkeypatch)
     server.files.clear()  # every request now gets 404
     with pytest.raises(DatasetUnavailableError, match="HTTP 404"):
-        prepare("cifar10", tmp_path)
+        ensure_archives("cifar10", tmp_path)
     assert leftovers(tmp_path) == [] and not (tmp_path / "cifar10" / MARKER).exists()
 
 
@@ -156,7 +157,7 @@ def test_truncated_response_is_unavailable_not_corrupt(server, monkeypatch, tmp_
     install_fake("cifar10", server, monkeypatch)
     server.truncated.add("/cifar10/cifar-10-python.tar.gz")
     with pytest.raises(DatasetUnavailableError, match="IncompleteRead"):
-        prepare("cifar10", tmp_path)
+        ensure_archives("cifar10", tmp_path)
     assert leftovers(tmp_path) == []
 
 
@@ -170,7 +171,7 @@ def test_blackholed_server_times_out(monkeypatch, tmp_path, server):
         monkeypatch.setattr(network, "DOWNLOAD_TIMEOUT_S", 0.5)
         start = time.monotonic()
         with pytest.raises(DatasetUnavailableError, match="timed out"):
-            prepare("cifar10", tmp_path)
+            ensure_archives("cifar10", tmp_path)
         assert time.monotonic() - start < 5
     assert leftovers(tmp_path) == []
 
@@ -182,7 +183,7 @@ def test_hand_placed_archives_load_offline(name, server, monkeypatch, tmp_path):
     folder.mkdir()
     for filename, body in fake.files.items():
         (folder / filename).write_bytes(body)
-    assert_matches(load_tensors(name, tmp_path, download=False), fake, name)
+    assert_matches(load_tensors(name, tmp_path, reach=Reach.LOCAL), fake, name)
     assert server.requests == []
     assert (folder / MARKER).is_file()
 
@@ -199,9 +200,9 @@ def test_partially_hand_placed_downloads_only_the_rest(server, monkeypatch, tmp_
 def test_missing_files_without_download_lists_expected_files(server, monkeypatch, tmp_path):
     fake = install_fake("mnist", server, monkeypatch)
     with pytest.raises(DatasetUnavailableError) as info:
-        load_tensors("mnist", tmp_path, download=False)
+        load_tensors("mnist", tmp_path, reach=Reach.LOCAL)
     message = str(info.value)
-    assert "download=False" in message and str((tmp_path / "mnist").resolve()) in message
+    assert "downloads are off (--no-download; Reach.LOCAL)" in message and str((tmp_path / "mnist").resolve()) in message
     for filename in fake.files:
         assert filename in message and md5_of(fake.files[filename]) in message
     assert server.requests == []
@@ -214,7 +215,7 @@ def test_corrupt_hand_placed_file_is_reported_and_kept(server, monkeypatch, tmp_
     bad = folder / "cifar-100-python.tar.gz"
     bad.write_bytes(b"not the archive")
     with pytest.raises(DatasetCorruptError) as info:
-        prepare("cifar100", tmp_path)
+        ensure_archives("cifar100", tmp_path)
     message = str(info.value)
     assert str(bad.resolve()) in message and md5_of(fake.files[bad.name]) in message
     assert md5_of(b"not the archive") in message
@@ -223,12 +224,12 @@ def test_corrupt_hand_placed_file_is_reported_and_kept(server, monkeypatch, tmp_
 
 def test_archive_deleted_after_verification_is_not_trusted(server, monkeypatch, tmp_path):
     fake = install_fake("mnist", server, monkeypatch)
-    prepare("mnist", tmp_path)
+    ensure_archives("mnist", tmp_path)
     (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(DatasetUnavailableError, match="t10k-labels-idx1-ubyte.gz"):
-        prepare("mnist", tmp_path, download=False)
+        ensure_archives("mnist", tmp_path, reach=Reach.LOCAL)
     server.requests.clear()
-    prepare("mnist", tmp_path)
+    ensure_archives("mnist", tmp_path)
     assert server.requests == ["/mnist/t10k-labels-idx1-ubyte.gz"]
     assert (tmp_path / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes() == fake.files["t10k-labels-idx1-ubyte.gz"]
 
@@ -296,11 +297,11 @@ def test_unknown_dataset_is_rejected(tmp_path):
 
 def test_archive_changed_after_verification_is_not_trusted(server, monkeypatch, tmp_path):
     install_fake("cifar10", server, monkeypatch)
-    prepare("cifar10", tmp_path)
+    ensure_archives("cifar10", tmp_path)
     archive = tmp_path / "cifar10" / "cifar-10-python.tar.gz"
     archive.write_bytes(archive.read_bytes() + b"appended later")
     with pytest.raises(DatasetCorruptError, match="cifar-10-python.tar.gz"):
-        prepare("cifar10", tmp_path, download=False)
+        ensure_archives("cifar10", tmp_path, reach=Reach.LOCAL)
 
 
 def test_mnist_falls_back_to_the_next_mirror(server, monkeypatch, tmp_path):
@@ -310,3 +311,12 @@ def test_mnist_falls_back_to_the_next_mirror(server, monkeypatch, tmp_path):
     monkeypatch.setattr(TORCHVISION_DATASETS["mnist"].cls, "mirrors", [f"{dead.url}/", f"{server.url}/mnist/"])
     assert_matches(load_tensors("mnist", tmp_path), fake, "mnist")
     assert len(server.requests) == len(fake.files)
+
+
+def test_a_reach_that_is_not_a_reach_is_refused_in_one_line_before_any_file_is_touched(tmp_path):
+    """`reach` says where files may come from; a bool (what `download` used to be) is refused, not guessed at."""
+    for call in (lambda: load_tensors("mnist", tmp_path, reach=False),
+                 lambda: registry.prepare("mnist", {"source": "mnist"}, tmp_path, reach=True)):
+        with pytest.raises(TypeError, match=r"^reach must be Reach\.LOCAL or Reach\.NETWORK \(.*\), got (False|True)$"):
+            call()
+    assert list(tmp_path.iterdir()) == []

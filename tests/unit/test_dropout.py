@@ -10,7 +10,7 @@ from fedskew.engine.rounds import federated_round
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import alexnet, build_model, example_info
 from fedskew.models.dropout import Dropout, draw_mask, dropout_layers, dropout_plan, given_masks, masks_from
-from tests.unit.helpers import DIGITS_INFO
+from tests.helpers import DIGITS_INFO
 
 
 def test_without_a_source_it_is_nn_dropout() -> None:

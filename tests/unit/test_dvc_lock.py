@@ -17,7 +17,7 @@ import yaml
 from fedskew import dvclock, dvcstages
 from fedskew.config import Params, load_params, read_params_file
 from fedskew.dvcstages import PHASES, DvcFilesError, SourceTree, Uses, param_key, stages, suite_keys
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 RAW = read_params_file(REPO / "params.yaml")
 

@@ -28,10 +28,11 @@ from fedskew.engine.sampling import client_seed, clients_per_round, sampling_sch
 from fedskew.engine.rounds import NonFiniteError, train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings, weighted_average
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Fold, TrainingSettings
+from fedskew.fl.server_math import weighted_average
 from fedskew.models import build_model
 from fedskew.runfiles import write_run_files
-from tests.unit.helpers import DIGITS_INFO
+from tests.helpers import DIGITS_INFO
 
 METHODS = ["fedavg", "fedprox", "fedlc"]
 
@@ -396,9 +397,21 @@ def test_augmented_training_is_seeded_resumable_and_changes_only_training(projec
 def test_streamed_fedavg_round_equals_averaging_the_kept_updates_bit_for_bit() -> None:
     from fedskew.engine.rounds import federated_round
 
-    class KeepsUpdates(FederatedAlgorithm):  # the same average, through the list-based hook
-        def aggregate(self, global_state, updates):
-            return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
+    class KeepAll(Fold):  # every update's state kept to the end of the round, then averaged at once
+        def __init__(self, start):
+            super().__init__(start)
+            self.states, self.sizes = [], []
+
+        def fold(self, update):
+            self.states.append({k: v.clone() for k, v in update.state.items()})
+            self.sizes.append(update.num_samples)
+
+        def finish(self, updates):
+            return weighted_average(self.states, self.sizes)
+
+    class KeepsUpdates(FederatedAlgorithm):  # the same average, through the list-based function
+        def begin_aggregate(self, start):
+            return KeepAll(start)
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(100, 1, 8, 8, generator=g)
@@ -453,10 +466,10 @@ def test_a_streamed_round_reads_the_client_state_without_copying_it(project, tin
     assert all(torch.equal(copied[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("method", sorted(name for name, cls in ALGORITHMS.items() if cls.family == "federated"))
-def test_every_federated_method_streams_its_aggregation(method) -> None:
-    """Issue 12: no method holds one state per participant until the end of the round."""
-    from fedskew.fl.base import RoundAggregate, TrainingSettings
-
-    algorithm = ALGORITHMS[method](TrainingSettings(1, 8, 0.05, 0.0, 0.0), 4, 10)
-    assert isinstance(algorithm.begin_aggregate({}, [3, 5]), RoundAggregate)
+def test_every_federated_method_streams_its_aggregation() -> None:
+    """No method holds one state per participant until the end of the round: the aggregation is always the
+    method's fold, which the engine streams, and a method that would aggregate the whole list is refused."""
+    with pytest.raises(TypeError, match="begin_aggregate"):
+        class WholeList(FederatedAlgorithm):
+            def aggregate(self, global_state, updates, parameters):
+                return weighted_average([u.state for u in updates], [u.num_samples for u in updates])

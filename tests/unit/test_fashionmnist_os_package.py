@@ -20,7 +20,7 @@ import yaml
 
 from fedskew.cli import main
 from fedskew.data import sources
-from tests.conftest import FASHION_PARAMS
+from tests.helpers import FASHION_PARAMS
 
 PACKAGE = sources.OS_PACKAGES["fashionmnist"]  # read at collection, before tests/conftest.py hides it
 # The official files' md5s (Zalando's fashion-mnist repository), independently of fedskew.data.datasets.torchvision_family.

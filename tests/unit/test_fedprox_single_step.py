@@ -23,7 +23,7 @@ from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import build_model
 from fedskew.reproduce.layouts import load_layouts
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TABLE4_DATASETS = ("synthetic_0_0", "synthetic_0.5_0.5", "synthetic_1_1")
 ONE_STEP_CLIENTS = 59          # of 100, on each of the three datasets (the sizes are drawn before λ, μ act)

@@ -12,10 +12,11 @@ import pytest
 from fedskew.algorithms import ALGORITHMS
 from fedskew.config import load_params
 from fedskew.report import method_families as mf
-from fedskew.report.figures import (PANEL_MAX, accuracy_curve_figure, clipped_band, final_accuracy_figure,
-                                    final_stats, load_runs, panels, paper_values, write_figures)
+from fedskew.report.figures import (accuracy_curve_figure, clipped_band, final_accuracy_figure, final_stats, load_runs,
+                                    paper_values, write_figures)
+from fedskew.report.method_families import PANEL_MAX, panels
 from fedskew.runfiles import RunFileError, write_run_files
-from tests.conftest import REPO, TINY_PARAMS
+from tests.helpers import REPO, TINY_PARAMS
 
 matplotlib.use("Agg")
 

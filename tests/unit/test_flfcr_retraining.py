@@ -13,10 +13,11 @@ import torch
 from fedskew.config import RunConfig
 from fedskew.engine.rounds import federated_round, tensor_bytes
 from fedskew.fl.base import TrainingSettings
-from fedskew.fl.flfcr import FLFCR, ClassStatisticsPool, class_feature_statistics
+from fedskew.fl.flfcr import FLFCR
+from fedskew.fl.flfcr_features import ClassStatisticsPool, class_feature_statistics
 from fedskew.models import build_model
-from tests.unit.helpers import DIGITS_INFO, random_digits
-from tests.unit.helpers import make_client as _client
+from tests.helpers import DIGITS_INFO, random_digits
+from tests.helpers import make_client as _client
 
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=16, lr=0.1, momentum=0.0, weight_decay=0.0)
 SPLITS = [torch.arange(0, 20), torch.arange(20, 40)]  # two clients, every class on each
@@ -132,7 +133,7 @@ def test_params_accept_balanced_and_refuse_an_unknown_size_naming_the_choices() 
     import copy
 
     from fedskew.config import ConfigError, load_params
-    from tests.conftest import TINY_PARAMS
+    from tests.helpers import TINY_PARAMS
 
     params = copy.deepcopy(TINY_PARAMS)
     params["methods"]["fedlc"] = {"algorithm": "flfcr", "samples_per_class": "balanced", "retrain_epochs": 3,

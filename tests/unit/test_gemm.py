@@ -19,7 +19,7 @@ from fedskew.config import load_params
 from fedskew.data.registry import DatasetInfo
 from fedskew.models import MODELS, build_model
 from fedskew.numerics import cpu_pin, gemm
-from tests.conftest import REPO, TINY_PARAMS
+from tests.helpers import REPO, TINY_PARAMS
 
 pytestmark = pytest.mark.skipif(not cpu_pin.active(), reason="the portable kernels apply to x86-64 CPUs")
 PIN_VARIABLES = tuple(cpu_pin.PIN_VARIABLES)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, venv_bin
+from tests.helpers import REPO, venv_bin
 
 
 def lint_imports(src: Path) -> subprocess.CompletedProcess:

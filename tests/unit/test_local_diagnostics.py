@@ -13,7 +13,7 @@ from fedskew.engine.diagnostics import LocalDiagnostics, class_groups
 from fedskew.engine.simulation import run_training
 from fedskew.report.local_drift import local_drift_figures, local_drift_frame
 from fedskew.runfiles import write_run_files
-from tests.conftest import method_config
+from tests.helpers import method_config
 
 
 def test_classes_split_by_the_clients_counts() -> None:

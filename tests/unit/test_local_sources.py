@@ -31,11 +31,12 @@ from fedskew.data.fetch import (  # noqa: E402
     MARKER,
     DatasetCorruptError,
     DatasetUnavailableError,
+    Reach,
     verify,
 )
 from fedskew.data.files import file_sha256  # noqa: E402
 from fedskew.data.tensors import CACHE  # noqa: E402
-from tests.conftest import FASHION_PARAMS  # noqa: E402
+from tests.helpers import FASHION_PARAMS  # noqa: E402
 
 
 def md5_of(data: bytes) -> str:
@@ -85,7 +86,7 @@ def test_recompressed_archives_with_the_pinned_content_are_accepted(server, monk
     fake = fake_with_payloads("mnist", server, monkeypatch)
     files = recompressed(fake)
     place(tmp_path / "mnist", files)
-    assert_decodes_to(load_tensors("mnist", tmp_path, download=False), fake)
+    assert_decodes_to(load_tensors("mnist", tmp_path, reach=Reach.LOCAL), fake)
     assert server.requests == []
     for filename, entry in marker(tmp_path, "mnist").items():
         assert entry["verified_by"] == "payload-md5" and entry["md5"] == md5_of(files[filename])
@@ -133,18 +134,18 @@ def test_a_payload_verified_marker_spares_the_decompression_while_the_pinned_con
         server, monkeypatch, tmp_path):
     fake = fake_with_payloads("mnist", server, monkeypatch)
     place(tmp_path / "mnist", recompressed(fake))
-    load_tensors("mnist", tmp_path, download=False)
+    load_tensors("mnist", tmp_path, reach=Reach.LOCAL)
     hashed, digests, gunzip_md5 = [], verify.file_digests, verify.gunzip_md5
     monkeypatch.setattr(verify, "file_digests", lambda path: hashed.append(path.name) or digests(path))
     monkeypatch.setattr(verify, "gunzip_md5", lambda path: pytest.fail(f"{path} was decompressed"))
-    load_tensors("mnist", tmp_path, download=False)
+    load_tensors("mnist", tmp_path, reach=Reach.LOCAL)
     assert sorted(hashed) == sorted(fake.files)  # every file is hashed: the marker is no substitute for that,
     # but it spares decompressing the content it vouched for, for these very bytes
     monkeypatch.setitem(torchvision_family.PAYLOAD_MD5, "mnist", {**torchvision_family.PAYLOAD_MD5["mnist"],
                                                         "t10k-labels-idx1-ubyte.gz": "0" * 32})
     monkeypatch.setattr(verify, "gunzip_md5", gunzip_md5)
     with pytest.raises(DatasetCorruptError, match="t10k-labels-idx1-ubyte.gz"):  # pinned digest changed: re-checked
-        load_tensors("mnist", tmp_path, download=False)
+        load_tensors("mnist", tmp_path, reach=Reach.LOCAL)
 
 
 def test_a_marker_written_before_payload_digests_is_still_accepted_and_rewritten(server, monkeypatch, tmp_path):
@@ -157,7 +158,7 @@ def test_a_marker_written_before_payload_digests_is_still_accepted_and_rewritten
             del entry[key]
     path.write_text(json.dumps(old))
     monkeypatch.setattr(verify, "gunzip_md5", lambda path: pytest.fail(f"{path} was decompressed"))
-    load_tensors("mnist", tmp_path, download=False)  # the files' own md5s are the pinned ones
+    load_tensors("mnist", tmp_path, reach=Reach.LOCAL)  # the files' own md5s are the pinned ones
     assert {entry["verified_by"] for entry in marker(tmp_path, "mnist").values()} == {"archive-md5"}
 
 
@@ -186,7 +187,7 @@ def test_an_os_package_folder_is_used_before_the_network(server, monkeypatch, tm
     package = place(tmp_path / "usr-share" / "fashion-mnist", files)
     as_os_package(monkeypatch, "fashionmnist", package)
     root = tmp_path / "raw"
-    assert_decodes_to(load_tensors("fashionmnist", root, download=False), fake)
+    assert_decodes_to(load_tensors("fashionmnist", root, reach=Reach.LOCAL), fake)
     assert server.requests == []
     for filename, entry in marker(root, "fashionmnist").items():
         assert entry["source"] == {"kind": "os-package", "path": str(package / filename),
@@ -198,10 +199,10 @@ def test_files_fetched_earlier_keep_their_recorded_origin(server, monkeypatch, t
     package = place(tmp_path / "package", recompressed(fake))
     as_os_package(monkeypatch, "fashionmnist", package)
     root = tmp_path / "raw"
-    load_tensors("fashionmnist", root, download=False)
+    load_tensors("fashionmnist", root, reach=Reach.LOCAL)
     (root / "fashionmnist" / "train-labels-idx1-ubyte.gz").unlink()  # the marker no longer vouches for the set
     place(root / "fashionmnist", {"t10k-labels-idx1-ubyte.gz": fake.files["t10k-labels-idx1-ubyte.gz"]})
-    load_tensors("fashionmnist", root, download=False)
+    load_tensors("fashionmnist", root, reach=Reach.LOCAL)
     origins = {fn: entry["source"]["kind"] for fn, entry in marker(root, "fashionmnist").items()}
     assert origins == {"train-images-idx3-ubyte.gz": "os-package", "train-labels-idx1-ubyte.gz": "os-package",
                        "t10k-images-idx3-ubyte.gz": "os-package",
@@ -248,7 +249,7 @@ def test_the_same_tensors_whichever_source_served_the_files(server, monkeypatch,
     fake = fake_with_payloads("fashionmnist", server, monkeypatch)
     load_tensors("fashionmnist", tmp_path / "downloaded")
     as_os_package(monkeypatch, "fashionmnist", place(tmp_path / "package", recompressed(fake)))
-    load_tensors("fashionmnist", tmp_path / "packaged", download=False)
+    load_tensors("fashionmnist", tmp_path / "packaged", reach=Reach.LOCAL)
     assert file_sha256(tmp_path / "downloaded" / "fashionmnist" / CACHE) == \
         file_sha256(tmp_path / "packaged" / "fashionmnist" / CACHE)
 
@@ -272,7 +273,7 @@ def test_offline_with_only_refused_local_files_names_them(server, monkeypatch, t
     named = place(tmp_path / "flat", other.files)
     monkeypatch.setenv("FEDSKEW_DATA_DIRS", str(named))
     with pytest.raises(DatasetUnavailableError) as info:
-        load_tensors("fashionmnist", tmp_path / "raw", download=False)
+        load_tensors("fashionmnist", tmp_path / "raw", reach=Reach.LOCAL)
     message = str(info.value)
     assert "Files found but refused" in message and "FEDSKEW_DATA_DIRS" in message
     for filename in other.files:
@@ -284,7 +285,7 @@ def test_the_offline_error_says_how_to_provide_the_files(server, monkeypatch, tm
     fake_with_payloads("fashionmnist", server, monkeypatch)
     as_os_package(monkeypatch, "fashionmnist", tmp_path / "not-installed")
     with pytest.raises(DatasetUnavailableError) as info:
-        load_tensors("fashionmnist", tmp_path, download=False)
+        load_tensors("fashionmnist", tmp_path, reach=Reach.LOCAL)
     message = str(info.value)
     assert "sudo apt-get install dataset-fashionmnist" in message
     assert "export FEDSKEW_DATA_DIRS=" in message and "<folder>/fashionmnist/" in message

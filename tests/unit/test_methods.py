@@ -19,14 +19,15 @@ from fedskew.config import load_params
 from fedskew.engine.rounds import train_client
 from fedskew.engine.simulation import run_training
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientUpdate, TrainingSettings, weighted_average
+from fedskew.fl.base import ClientUpdate, TrainingSettings, local_optimizer
 from fedskew.fl.fedavg import FedAvg
 from fedskew.fl.fedlc import FedLC
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.losses import logit_calibrated_cross_entropy
+from fedskew.fl.server_math import weighted_average
 from fedskew.models import build_model
-from tests.unit.helpers import DIGITS_INFO, TinyNet, random_digits
-from tests.unit.helpers import make_client as _client
+from tests.helpers import DIGITS_INFO, TinyNet, random_digits
+from tests.helpers import make_client as _client
 
 METHODS = ["fedavg", "fedprox", "fedlc"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -141,14 +142,14 @@ def _tiny(weight: np.ndarray, bias: np.ndarray) -> TinyNet:
     return model
 
 
-def _placed_at_anchor_then_moved(algorithm) -> TinyNet:
-    """Load the global model, let the method start its local phase, then move to W_NOW."""
-    model = _tiny(W_T, B_T)
-    algorithm.begin_local(model, {k: v.clone() for k, v in model.state_dict().items()}, _client([1, 0]))
+def _placed_at_anchor_then_moved(algorithm):
+    """Load the global model, let the method start its local phase, then move to W_NOW; the model and its client."""
+    model, client = _tiny(W_T, B_T), _client([1, 0])
+    algorithm.begin_local(model, {k: v.clone() for k, v in model.state_dict().items()}, client)
     with torch.no_grad():
         model.head.weight.copy_(torch.tensor(W_NOW))
         model.head.bias.copy_(torch.tensor(B_NOW))
-    return model
+    return model, client
 
 
 def _ce_grad_by_hand(weight: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,10 +163,10 @@ def _ce_grad_by_hand(weight: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, 
 def test_fedprox_after_backward_adds_mu_times_distance_to_anchor() -> None:
     mu = 0.1
     prox = FedProx(PLAIN_SGD, num_clients=1, num_classes=2, mu=mu)
-    model = _placed_at_anchor_then_moved(prox)
+    model, client = _placed_at_anchor_then_moved(prox)
     model.head.weight.grad = torch.tensor([[0.1, 0.2], [0.3, 0.4]])
     model.head.bias.grad = torch.tensor([-0.5, 0.5])
-    prox.after_backward(model, _client([1, 0]))
+    prox.after_backward(model, client)
     # g + mu (w - w_t): weight [[0.1 + 0.1*0.25, 0.2 + 0], [0.3 + 0.1*(-0.25), 0.4 + 0.1*0.5]]
     assert torch.allclose(model.head.weight.grad, torch.tensor([[0.125, 0.2], [0.275, 0.45]]), atol=1e-7)
     # bias: [-0.5 + 0.1*0.2, 0.5 + 0]
@@ -176,9 +177,9 @@ def test_fedprox_one_local_step_matches_hand_update() -> None:
     mu, lr = 0.5, 0.1
     settings = TrainingSettings(local_epochs=1, batch_size=32, lr=lr, momentum=0.0, weight_decay=0.0)
     prox = FedProx(settings, num_clients=1, num_classes=2, mu=mu)
-    model = _placed_at_anchor_then_moved(prox)
-    optimizer = prox.make_optimizer(model)
-    prox.local_step(model, optimizer, torch.tensor(X, dtype=torch.float32), torch.tensor([Y]), _client([1, 0]))
+    model, client = _placed_at_anchor_then_moved(prox)
+    optimizer = local_optimizer(model.parameters(), prox.settings)
+    prox.local_step(model, optimizer, torch.tensor(X, dtype=torch.float32), torch.tensor([Y]), client)
 
     g_w, g_b = _ce_grad_by_hand(W_NOW, B_NOW)
     expected_w = W_NOW - lr * (g_w + mu * (W_NOW - W_T))
@@ -195,8 +196,8 @@ def test_fedprox_with_mu_zero_steps_like_fedavg() -> None:
     x, y = torch.tensor(X, dtype=torch.float32), torch.tensor([Y])
     models = []
     for algorithm in (FedProx(settings, 1, 2, mu=0.0), FedAvg(settings, 1, 2)):
-        model = _placed_at_anchor_then_moved(algorithm)
-        algorithm.local_step(model, algorithm.make_optimizer(model), x, y, _client([1, 0]))
+        model, client = _placed_at_anchor_then_moved(algorithm)
+        algorithm.local_step(model, local_optimizer(model.parameters(), settings), x, y, client)
         models.append(model)
     prox_model, avg_model = models
     assert torch.equal(prox_model.head.weight, avg_model.head.weight)
@@ -234,7 +235,7 @@ def test_fedavg_aggregate_averages_bn_buffers_and_maxes_integer_buffers() -> Non
         ClientUpdate(1, 10, state([5.0, 2.0], [3.0, 5.0], [3.0, 6.0], 2), num_steps=1, train_loss=0.0),
     ]
     fedavg = FedAvg(PLAIN_SGD, num_clients=2, num_classes=2)
-    out = fedavg.aggregate(state([0.0, 0.0], [1.0, 1.0], [1.0, 1.0], 0), updates)
+    out = fedavg.aggregate(state([0.0, 0.0], [1.0, 1.0], [1.0, 1.0], 0), updates, ["weight", "bias"])
     assert set(out) == keys
     # weights 30/40 = 0.75 and 10/40 = 0.25
     assert torch.allclose(out["running_mean"], torch.tensor([2.0, -1.0]), atol=1e-6)

@@ -25,16 +25,15 @@ from fedskew.engine.checkpoint import CHECKPOINT_NAME, read_checkpoint, save_che
 from fedskew.engine.rounds import train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientUpdate, TrainingSettings
+from fedskew.fl.base import ClientContext, ClientUpdate, TrainingSettings, trainable_parameters
 from fedskew.fl.fedavg import FedAvg
 from fedskew.fl.feddecorr import FedDecorr, decorrelation_penalty
 from fedskew.fl.fedntd import FedNTD
 from fedskew.fl.fedrs import FedRS, FedRSSoft
 from fedskew.fl.moon import MOON, model_contrastive_loss
 from fedskew.models import build_model
-from tests.conftest import single_setting
-from tests.unit.helpers import DIGITS_INFO, random_digits
-from tests.unit.helpers import make_client as _client
+from tests.helpers import DIGITS_INFO, random_digits, single_setting
+from tests.helpers import make_client as _client
 
 METHODS = ["fedrs", "fedrs_soft", "fedntd", "feddecorr", "moon"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -158,17 +157,18 @@ class BiasOnly(nn.Module):
 TEACHER_LOGITS = [0.5, 0.0, 1.0, 2.0]
 
 
-def _ntd_setup(**hp) -> tuple[FedNTD, BiasOnly]:
+def _ntd_setup(**hp) -> tuple[FedNTD, BiasOnly, ClientContext]:
     ntd = FedNTD(PLAIN_SGD, 1, 4, **hp)
     model = BiasOnly(2, 4)
     global_state = {"head.weight": torch.zeros(4, 2), "head.bias": torch.tensor(TEACHER_LOGITS)}
     model.load_state_dict(global_state)
-    ntd.begin_local(model, global_state, _client([1, 1, 1, 1]))
-    return ntd, model
+    client = _client([1, 1, 1, 1])
+    ntd.begin_local(model, global_state, client)
+    return ntd, model, client
 
 
 def test_fedntd_loss_drops_the_true_class_before_the_kl() -> None:
-    ntd, _ = _ntd_setup()  # τ = 1, β = 1
+    ntd, _, client = _ntd_setup()  # τ = 1, β = 1
     local = [[1.0, 2.0, 0.0, -1.0], [0.0, 1.0, -1.0, 3.0]]
     y = [1, 3]
     # row 0 without class 1: local [1, 0, -1], teacher [0.5, 1, 2]
@@ -177,25 +177,23 @@ def test_fedntd_loss_drops_the_true_class_before_the_kl() -> None:
     kl1 = _kl_by_hand(_softmax_by_hand([0.5, 0.0, 1.0]), _softmax_by_hand([0.0, 1.0, -1.0]))
     assert kl0 == pytest.approx(0.98993404, abs=1e-7)
     ce = (_ce_by_hand(local[0], 1) + _ce_by_hand(local[1], 3)) / 2
-    loss = ntd.local_loss(torch.tensor(local), torch.zeros(2, 2), torch.tensor(y), _client([1, 1, 1, 1]),
-                          x=torch.randn(2, 2))
+    loss = ntd.local_loss(torch.tensor(local), torch.zeros(2, 2), torch.tensor(y), client, x=torch.randn(2, 2))
     assert loss.item() == pytest.approx(ce + (kl0 + kl1) / 2, abs=1e-6)
 
 
 def test_fedntd_temperature_and_beta() -> None:
     tau, beta = 2.0, 0.5
-    ntd, _ = _ntd_setup(tau=tau, beta=beta)
+    ntd, _, client = _ntd_setup(tau=tau, beta=beta)
     local = [1.0, 2.0, 0.0, -1.0]
     kl = _kl_by_hand(_softmax_by_hand([0.25, 0.5, 1.0]), _softmax_by_hand([0.5, 0.0, -0.5]))  # logits / τ
     expected = _ce_by_hand(local, 1) + beta * tau ** 2 * kl
-    loss = ntd.local_loss(torch.tensor([local]), torch.zeros(1, 2), torch.tensor([1]), _client([1, 1, 1, 1]),
-                          x=torch.zeros(1, 2))
+    loss = ntd.local_loss(torch.tensor([local]), torch.zeros(1, 2), torch.tensor([1]), client, x=torch.zeros(1, 2))
     assert loss.item() == pytest.approx(expected, abs=1e-6)
 
 
 def test_fedntd_ignores_the_true_class_logit_and_matching_teacher_adds_nothing() -> None:
-    ntd, _ = _ntd_setup()
-    x, client = torch.zeros(1, 2), _client([1, 1, 1, 1])
+    ntd, _, client = _ntd_setup()
+    x = torch.zeros(1, 2)
     # the local logits equal the teacher's on the not-true classes: KL = 0, whatever the true-class logit
     for true_logit in (-3.0, 0.0, 7.0):
         local = [0.5, true_logit, 1.0, 2.0]
@@ -208,17 +206,18 @@ def test_fedntd_ignores_the_true_class_logit_and_matching_teacher_adds_nothing()
 
 
 def test_fedntd_keeps_one_frozen_teacher_reloaded_per_client() -> None:
-    ntd, model = _ntd_setup()
-    teacher = ntd._teacher
+    ntd, model, client = _ntd_setup()
+    teacher = client.scratch["ntd_teacher"]
     assert not teacher.training and all(not p.requires_grad for p in teacher.parameters())
     # a second client with another global state: same module, new weights
     new_state = {"head.weight": torch.zeros(4, 2), "head.bias": torch.tensor([3.0, 0.0, 0.0, 0.0])}
-    ntd.begin_local(model, new_state, _client([1, 1, 1, 1], client_id=1))
-    assert ntd._teacher is teacher
+    second = _client([1, 1, 1, 1], client_id=1)
+    ntd.begin_local(model, new_state, second)
+    assert second.scratch["ntd_teacher"] is teacher
     assert torch.equal(teacher.head.bias, torch.tensor([3.0, 0.0, 0.0, 0.0]))
     # a backward pass reaches the student only
     logits = model(torch.zeros(1, 2))
-    ntd.local_loss(logits, torch.zeros(1, 2), torch.tensor([2]), _client([1, 1, 1, 1]), x=torch.zeros(1, 2)).backward()
+    ntd.local_loss(logits, torch.zeros(1, 2), torch.tensor([2]), second, x=torch.zeros(1, 2)).backward()
     assert model.head.bias.grad is not None
     assert all(p.grad is None for p in teacher.parameters())
     assert ntd.state_dict() == {}  # the teacher is rebuilt from the global state: nothing to checkpoint
@@ -309,38 +308,46 @@ def test_moon_local_loss_uses_global_and_previous_local_model() -> None:
     ce = _ce_by_hand(logits[0], 1)
 
     # Round 1, no previous local model yet: previous = initial = global model, so ℓ_con = log 2.
-    moon.begin_local(model, round1, _client([1, 1], client_id=0))
-    loss = moon.local_loss(torch.tensor(logits), features, torch.tensor(y), _client([1, 1]), x=x)
+    client = _client([1, 1], client_id=0)
+    moon.begin_local(model, round1, client)
+    loss = moon.local_loss(torch.tensor(logits), features, torch.tensor(y), client, x=x)
     assert loss.item() == pytest.approx(ce + 5 * math.log(2), abs=1e-6)
 
-    # Client 0 ends round 1 with body SWAP; the server aggregates (the client keeps its model).
-    moon.aggregate(round1, [ClientUpdate(0, 1, _state(SWAP), num_steps=1, train_loss=0.0)])
+    # Client 0 ends round 1 with body SWAP, and keeps it.
+    model.load_state_dict(_state(SWAP))
+    assert moon.end_local(model, client, num_steps=1) == {}  # kept, not uploaded
     round2 = _state([[2.0, 0.0], [0.0, 2.0]])  # the new global body: 2·I (cosines ignore the scale)
-    moon.begin_local(model, round2, _client([1, 1], client_id=0, round_=2))
+    client = _client([1, 1], client_id=0, round_=2)
+    moon.begin_local(model, round2, client)
     # x = [1, 0]: z_g = [2, 0], z_prev = SWAP·x = [0, 1]; z = [2, 1]: cos_g = 2/√5, cos_prev = 1/√5
     con = math.log1p(math.exp((1 / math.sqrt(5) - 2 / math.sqrt(5)) / 0.5))
     assert con == pytest.approx(0.34276789, abs=1e-7)
-    loss = moon.local_loss(torch.tensor(logits), features, torch.tensor(y), _client([1, 1]), x=x)
+    loss = moon.local_loss(torch.tensor(logits), features, torch.tensor(y), client, x=x)
     assert loss.item() == pytest.approx(ce + 5 * con, abs=1e-6)
 
     # Client 1 has not trained: its previous model is the initial one (body I): z_prev = [1, 0] = z_g/2
-    moon.begin_local(model, round2, _client([1, 1], client_id=1, round_=2))
-    loss = moon.local_loss(torch.tensor(logits), features, torch.tensor(y), _client([1, 1]), x=x)
+    client = _client([1, 1], client_id=1, round_=2)
+    moon.begin_local(model, round2, client)
+    loss = moon.local_loss(torch.tensor(logits), features, torch.tensor(y), client, x=x)
     assert loss.item() == pytest.approx(ce + 5 * math.log(2), abs=1e-6)
 
     # μ and T are honoured: μ = 1, T = 1
     other = MOON(PLAIN_SGD, 2, 2, mu=1.0, temperature=1.0)
     other.load_state_dict(moon.state_dict())
-    other.begin_local(model, round2, _client([1, 1], client_id=0, round_=2))
-    loss = other.local_loss(torch.tensor(logits), features, torch.tensor(y), _client([1, 1]), x=x)
+    client = _client([1, 1], client_id=0, round_=2)
+    other.begin_local(model, round2, client)
+    loss = other.local_loss(torch.tensor(logits), features, torch.tensor(y), client, x=x)
     assert loss.item() == pytest.approx(ce + math.log1p(math.exp(-1 / math.sqrt(5))), abs=1e-6)
 
 
 def test_moon_state_round_trips_through_a_checkpoint() -> None:
     moon = MOON(PLAIN_SGD, 3, 2)
     model = LinearBody()
-    moon.begin_local(model, _state(IDENTITY), _client([1, 1]))
-    moon.aggregate(_state(IDENTITY), [ClientUpdate(2, 1, _state(SWAP), 1, 0.0)])
+    model.load_state_dict(_state(IDENTITY))
+    first = _client([1, 1], client_id=2)
+    moon.begin_local(model, _state(IDENTITY), first)
+    model.load_state_dict(_state(SWAP))
+    moon.end_local(model, first, num_steps=1)
     buffer = io.BytesIO()
     torch.save(moon.state_dict(), buffer)
     buffer.seek(0)
@@ -350,10 +357,11 @@ def test_moon_state_round_trips_through_a_checkpoint() -> None:
     assert torch.equal(restored._previous_states[2]["body.weight"], torch.tensor(SWAP))
     assert torch.equal(restored._initial_state["body.weight"], torch.tensor(IDENTITY))
     # one module each for the global and the previous model, whatever the number of clients
-    modules = (moon._global_model, moon._previous_model)
-    moon.begin_local(model, _state(SWAP), _client([1, 1], client_id=2))
-    assert (moon._global_model, moon._previous_model) == modules
-    assert torch.equal(moon._previous_model.body.weight, torch.tensor(SWAP))
+    modules = (first.scratch["moon_global"], first.scratch["moon_previous"])
+    again = _client([1, 1], client_id=2)
+    moon.begin_local(model, _state(SWAP), again)
+    assert (again.scratch["moon_global"], again.scratch["moon_previous"]) == modules
+    assert torch.equal(again.scratch["moon_previous"].body.weight, torch.tensor(SWAP))
     with pytest.raises(ValueError):
         restored.load_state_dict({"something_else": 1})
 
@@ -480,7 +488,7 @@ def _two_rounds(method: str, x, y, indices, settings: TrainingSettings) -> list[
         update = train_client(algorithm, model, global_state, x, y, _client(counts, indices, round_=round_), "run-x")
         assert math.isfinite(update.train_loss)
         assert all(torch.isfinite(v).all() for v in update.state.values())
-        global_state = algorithm.aggregate(global_state, [update])
+        global_state = algorithm.aggregate(global_state, [update], trainable_parameters(model))
         updates.append(update)
     return updates
 

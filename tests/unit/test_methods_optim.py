@@ -24,14 +24,13 @@ from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.rounds import train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, TrainingSettings
+from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, TrainingSettings, local_optimizer, trainable_parameters
 from fedskew.fl.feddyn import FedDyn
 from fedskew.fl.fedprox import FedProx
 from fedskew.fl.fedsam import FedSAM
 from fedskew.models import build_model
-from tests.conftest import single_setting
-from tests.unit.helpers import DIGITS_INFO, random_digits
-from tests.unit.helpers import make_client as _client
+from tests.helpers import DIGITS_INFO, random_digits, single_setting
+from tests.helpers import make_client as _client
 
 METHODS = ["fedsam", "feddyn"]
 LR = 0.1
@@ -94,8 +93,10 @@ X2 = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
 T2 = torch.tensor([0.0, 0.0])
 
 
-def _step(algorithm, model) -> float:
-    loss = algorithm.local_step(model, algorithm.make_optimizer(model), X2, T2, _client([2]))
+def _step(algorithm, model, client=None) -> float:
+    """One local step on X2, T2 (`client`: the one begin_local set up, if any)."""
+    loss = algorithm.local_step(model, local_optimizer(model.parameters(), algorithm.settings), X2, T2,
+                                client if client is not None else _client([2]))
     return loss.item()
 
 
@@ -149,7 +150,7 @@ def test_fedsam_with_rho_zero_is_plain_sgd() -> None:
     for algorithm in (FedSAM(PLAIN_SGD, 1, 10, rho=0.0), ALGORITHMS["fedavg"](PLAIN_SGD, 1, 10)):
         torch.manual_seed(0)
         model = build_model("mlp", DIGITS_INFO)
-        algorithm.local_step(model, algorithm.make_optimizer(model), x[:8], y[:8], _client([1] * 8))
+        algorithm.local_step(model, local_optimizer(model.parameters(), PLAIN_SGD), x[:8], y[:8], _client([1] * 8))
         models.append(model)
     assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
 
@@ -167,10 +168,11 @@ def test_fedsam_composes_with_fedprox_on_the_final_gradient() -> None:
     algorithm = _SquaredSAMProx(PLAIN_SGD, 1, 1, rho=0.3, mu=mu)
     assert algorithm.hp == {"rho": 0.3, "mu": mu}
     model = _Line(weight=(1.0, 1.0), bias=0.0)  # the round's global model (FedProx's anchor)
-    algorithm.begin_local(model, {k: v.clone() for k, v in model.state_dict().items()}, _client([2]))
+    client = _client([2])
+    algorithm.begin_local(model, {k: v.clone() for k, v in model.state_dict().items()}, client)
     with torch.no_grad():
         model.head.weight.copy_(torch.tensor([[2.0, 1.0]]))  # where the step happens: w − w_t = [1, 0]
-    _step(algorithm, model)
+    _step(algorithm, model, client)
     # The ascent uses the loss gradient only (as above); the descent adds μ(w − w_t) = [0.5, 0 | 0]:
     # w = [2 − 0.1·(1.15 + 0.5), 1 − 0.1·2.6] = [1.835, 0.74], b = −0.245
     weight, bias = _params(model)
@@ -211,6 +213,9 @@ class _Scalar(nn.Module):
         self.register_buffer("stat", torch.zeros(1))
 
 
+SCALAR_PARAMETERS = trainable_parameters(_Scalar())  # head.weight, head.bias; `stat` is a buffer
+
+
 def _scalar_state(w: float, b: float, stat: float = 0.0) -> dict[str, torch.Tensor]:
     return {"head.weight": torch.tensor([[w]]), "head.bias": torch.tensor([b]), "stat": torch.tensor([stat])}
 
@@ -230,7 +235,7 @@ def _local_round(algorithm: FedDyn, model: _Scalar, global_state, client_id: int
     model.head.bias.grad = torch.tensor([data_grad[1]])
     algorithm.after_backward(model, client)
     grads = [model.head.weight.grad.item(), model.head.bias.grad.item()]
-    payload = algorithm.client_payload(model, client, num_steps=1)
+    payload = algorithm.end_local(model, client, num_steps=1)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return grads, ClientUpdate(client_id, num_samples, state, 1, 0.0, payload)
 
@@ -251,7 +256,7 @@ def test_feddyn_two_rounds_by_hand() -> None:
     assert _wb(state["client_grads"][1]) == pytest.approx([0.5, -1.5], abs=1e-6)
     assert 2 not in state["client_grads"]  # never trained: zero, not stored
 
-    theta_s = dyn.aggregate(theta_s, [u0, u1])
+    theta_s = dyn.aggregate(theta_s, [u0, u1], SCALAR_PARAMETERS)
     assert _wb(dyn.state_dict()["h"]) == pytest.approx([0.0, -2 / 3], abs=1e-6)
     # unweighted mean of parameters (10 and 30 samples would give (0.5, 2.5) if weighted)
     assert _wb(theta_s) == pytest.approx([1.0, 10 / 3], abs=1e-6)
@@ -272,7 +277,7 @@ def test_feddyn_two_rounds_by_hand() -> None:
     assert _wb(state["client_grads"][1]) == pytest.approx([0.5, -1.5], abs=1e-6)  # not sampled: unchanged
     assert _wb(state["client_grads"][2]) == pytest.approx([0.0, -1 / 3], abs=1e-6)
 
-    theta_s = dyn.aggregate(theta_s, [u0, u2])
+    theta_s = dyn.aggregate(theta_s, [u0, u2], SCALAR_PARAMETERS)
     assert _wb(dyn.state_dict()["h"]) == pytest.approx([-1 / 12, -2 / 3 - 1 / 18], abs=1e-6)
     assert _wb(theta_s) == pytest.approx([1.25 + 1 / 6, 3.5 + 2 * (2 / 3 + 1 / 18)], abs=1e-5)
 
@@ -287,13 +292,14 @@ def test_feddyn_local_step_adds_linear_and_quadratic_terms() -> None:
     dyn = SquaredDyn(PLAIN_SGD, num_clients=3, num_classes=1, alpha=0.5)
     model = _Line()
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
-    dyn.begin_local(model, global_state, _client([2]))
-    _step(dyn, model)
+    client = _client([2])
+    dyn.begin_local(model, global_state, client)
+    _step(dyn, model, client)
     assert _params(model)[0] == pytest.approx([1.9, 0.8], abs=1e-6)
     assert _params(model)[1] == pytest.approx(-0.2, abs=1e-6)
     # second step at ([1.9, 0.8], −0.2): residuals [1.7, 1.4]; data gradient ½[1.7, 2.8 | 3.1];
     # regulariser α(θ − θ_s) = 0.5·[−0.1, −0.2 | −0.2]
-    _step(dyn, model)
+    _step(dyn, model, client)
     weight, bias = _params(model)
     assert weight == pytest.approx([1.9 - LR * (0.85 - 0.05), 0.8 - LR * (1.4 - 0.1)], abs=1e-6)
     assert bias == pytest.approx(-0.2 - LR * (1.55 - 0.1), abs=1e-6)
@@ -387,7 +393,7 @@ def _train(method: str, settings: TrainingSettings, x, y, indices, counts):
     model = build_model("mlp", DIGITS_INFO)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     update = train_client(algorithm, model, global_state, x, y, _client(counts, indices), "run-x")
-    new_global = algorithm.aggregate(global_state, [update])
+    new_global = algorithm.aggregate(global_state, [update], trainable_parameters(model))
     return global_state, update, new_global
 
 
@@ -433,7 +439,7 @@ def test_single_sample_client_with_feddyn_state() -> None:
     for round_ in (1, 2):
         client = _client(torch.bincount(y[[7]], minlength=10), torch.tensor([7]), round_=round_)
         update = train_client(dyn, model, global_state, x, y, client, "run-x")
-        global_state = dyn.aggregate(global_state, [update])
+        global_state = dyn.aggregate(global_state, [update], trainable_parameters(model))
         assert math.isfinite(update.train_loss) and _all_finite(global_state)
     assert set(dyn.state_dict()["client_grads"]) == {0}
     assert all(torch.isfinite(t).all() for t in dyn.state_dict()["client_grads"][0].values())

@@ -20,22 +20,17 @@ from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.rounds import NonFiniteError, tensor_bytes, train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import TrainingSettings, weighted_average
+from fedskew.fl.base import TrainingSettings, trainable_parameters
 from fedskew.fl.feded import FedED, empty_class_distillation, logit_suppression, logit_suppression_as_coded
 from fedskew.fl.fedlogit import FedLogit
-from fedskew.fl.flfcr import (
-    FLFCR,
-    class_feature_statistics,
-    pool_class_statistics,
-    retrain_head,
-    sample_class_features,
-    symmetric_unpack,
-)
+from fedskew.fl.flfcr import FLFCR
+from fedskew.fl.flfcr_features import class_feature_statistics, pool_class_statistics, symmetric_unpack
+from fedskew.fl.flfcr_retraining import retrain_head, sample_class_features
 from fedskew.fl.losses import logit_adjusted_cross_entropy, true_class_margin_cross_entropy
+from fedskew.fl.server_math import weighted_average
 from fedskew.models import build_model
-from tests.conftest import method_config, single_setting
-from tests.unit.helpers import DIGITS_INFO, random_digits
-from tests.unit.helpers import make_client as _client
+from tests.helpers import DIGITS_INFO, method_config, random_digits, single_setting
+from tests.helpers import make_client as _client
 
 METHODS = ["fedlogit", "feded", "feded_dis", "feded_logit", "flfcr"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -236,18 +231,22 @@ def test_feded_client_without_empty_class_has_no_distillation() -> None:
 def test_feded_teacher_is_one_frozen_module_reloaded_each_round() -> None:
     algorithm = FedED(PLAIN_SGD, 2, 4)
     model, client, x = _teacher_setup(algorithm, ED_COUNTS, ED_TEACHER)
-    teacher = algorithm._teacher
+    teacher = client.scratch["feded_teacher"]
     assert teacher is not model and teacher is not None
     assert all(not p.requires_grad for p in teacher.parameters())
     assert torch.allclose(teacher(x), torch.tensor(ED_TEACHER))  # the global model, not the moved local one
-    # next round: a new global state is loaded into the same module
+    # the same model's next round, another client: a new global state is loaded into the same module
     new_rows = [[1.0, 0.0, 0.0, 0.0]] * 3
-    _teacher_setup(algorithm, ED_COUNTS, new_rows)
-    assert torch.allclose(algorithm._teacher(x), torch.tensor(new_rows))
+    with torch.no_grad():
+        model.head.weight.copy_(torch.tensor(new_rows).T)
+    second = _client(ED_COUNTS, client_id=1, round_=2)
+    algorithm.begin_local(model, {k: v.clone() for k, v in model.state_dict().items()}, second)
+    assert second.scratch["feded_teacher"] is teacher
+    assert torch.allclose(teacher(x), torch.tensor(new_rows))
     # the gradient of L_dis reaches the student's logits only
     logits = torch.tensor(ED_LOGITS, requires_grad=True)
-    algorithm.local_loss(logits, torch.zeros(3, 3), torch.tensor(ED_Y), client, x=x).backward()
-    assert logits.grad is not None and all(p.grad is None for p in algorithm._teacher.parameters())
+    algorithm.local_loss(logits, torch.zeros(3, 3), torch.tensor(ED_Y), second, x=x).backward()
+    assert logits.grad is not None and all(p.grad is None for p in teacher.parameters())
 
 
 def test_feded_loss_is_unbounded_below_in_a_common_logit_shift() -> None:
@@ -496,18 +495,20 @@ def test_flfcr_retraining_changes_only_the_head_and_is_deterministic() -> None:
     algorithm = FLFCR(PLAIN_SGD, 2, 10)
     global_state, updates, _, _ = _flfcr_round(algorithm, [(torch.arange(0, 20), 0), (torch.arange(20, 40), 1)])
     averaged = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
-    out = algorithm.aggregate(global_state, updates)
+    parameters = trainable_parameters(build_model("mlp", DIGITS_INFO))
+    out = algorithm.aggregate(global_state, updates, parameters)
     assert set(out) == set(averaged)
     for key in averaged:
         if key.startswith("head."):
             assert not torch.equal(out[key], averaged[key]), key
         else:
             assert torch.equal(out[key], averaged[key]), key
-    assert torch.equal(FLFCR(PLAIN_SGD, 2, 10).aggregate(global_state, updates)["head.weight"], out["head.weight"])
+    assert torch.equal(FLFCR(PLAIN_SGD, 2, 10).aggregate(global_state, updates, parameters)["head.weight"],
+                       out["head.weight"])
     # the server now knows both clients' label counts (state for the next round's margins)
     assert algorithm.state_dict()["reported_counts"].sum(dim=0).tolist() == [4] * 10
     # no retraining: FedAvg exactly
-    plain = FLFCR(PLAIN_SGD, 2, 10, retrain_epochs=0).aggregate(global_state, updates)
+    plain = FLFCR(PLAIN_SGD, 2, 10, retrain_epochs=0).aggregate(global_state, updates, parameters)
     assert all(torch.equal(plain[k], averaged[k]) for k in averaged)
 
 
@@ -533,7 +534,7 @@ def test_single_class_client_trains_without_nan(method) -> None:
     assert update.num_steps == 2 * 3
     assert math.isfinite(update.train_loss)
     assert all(torch.isfinite(v).all() for v in update.state.values())
-    out = algorithm.aggregate(global_state, [update])
+    out = algorithm.aggregate(global_state, [update], trainable_parameters(model))
     assert all(torch.isfinite(v).all() for v in out.values())
 
 
@@ -551,7 +552,7 @@ def test_client_smaller_than_one_batch(method) -> None:
     assert update.num_steps == 3
     assert math.isfinite(update.train_loss)
     assert all(torch.isfinite(v).all() for v in update.state.values())
-    out = algorithm.aggregate(global_state, [update])
+    out = algorithm.aggregate(global_state, [update], trainable_parameters(model))
     assert all(torch.isfinite(v).all() for v in out.values())
     if method == "flfcr":  # nothing to sample from: the head stays the average
         assert torch.equal(out["head.weight"], update.state["head.weight"])

@@ -22,15 +22,15 @@ from fedskew.engine.checkpoint import load_checkpoint
 from fedskew.engine.rounds import tensor_bytes, train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientUpdate, TrainingSettings
+from fedskew.fl.base import ClientUpdate, TrainingSettings, trainable_parameters
 from fedskew.fl.fedexp import FedExp
-from fedskew.fl.fednova import FedNova, normalizing_factor
+from fedskew.fl.fednova import FedNova
 from fedskew.fl.fedopt import FedAdagrad, FedAdam, FedYogi
 from fedskew.fl.scaffold import Scaffold
+from fedskew.fl.server_math import normalizing_factor
 from fedskew.models import build_model
-from tests.conftest import method_config, single_setting
-from tests.unit.helpers import DIGITS_INFO, TinyNet, random_digits
-from tests.unit.helpers import make_client as _client
+from tests.helpers import DIGITS_INFO, TinyNet, method_config, random_digits, single_setting
+from tests.helpers import make_client as _client
 
 METHODS = ["scaffold", "fednova", "fedadam", "fedyogi", "fedadagrad", "fedexp"]
 PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=1, lr=0.1, momentum=0.0, weight_decay=0.0)
@@ -64,6 +64,9 @@ class ParamAndBuffers(nn.Module):
 
 def _state(w, running_mean=(0.0, 0.0), tracked: int = 0) -> dict:
     return {"w": _t(w), "running_mean": _t(running_mean), "num_batches_tracked": torch.tensor(tracked)}
+
+
+W = trainable_parameters(ParamAndBuffers())  # ("w",): the rest of _state is buffers
 
 
 # --------------------------------------------------------------------------- registry
@@ -146,17 +149,19 @@ def test_scaffold_after_backward_adds_c_minus_ci() -> None:
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     g_w, g_b = [[1.0, 2.0], [-1.0, -2.0]], [1.0, -1.0]
 
-    scaffold.begin_local(model, global_state, _client([1, 0], client_id=1))
+    client = _client([1, 0], client_id=1)
+    scaffold.begin_local(model, global_state, client)
     model.head.weight.grad, model.head.bias.grad = _t(g_w), _t(g_b)
-    scaffold.after_backward(model, _client([1, 0], client_id=1))
+    scaffold.after_backward(model, client)
     # g + c - c_1: [[1 + 0.1, 2 - 0.1], [-1 + 0, -2 + 0.2]] and [1 + 0.1, -1 - 0.3]
     assert _close(model.head.weight.grad, [[1.1, 1.9], [-1.0, -1.8]])
     assert _close(model.head.bias.grad, [1.1, -1.3])
 
     # client 3 has no c_i yet (zero): g + c
-    scaffold.begin_local(model, global_state, _client([1, 0], client_id=3))
+    client = _client([1, 0], client_id=3)
+    scaffold.begin_local(model, global_state, client)
     model.head.weight.grad, model.head.bias.grad = _t(g_w), _t(g_b)
-    scaffold.after_backward(model, _client([1, 0], client_id=3))
+    scaffold.after_backward(model, client)
     assert _close(model.head.weight.grad, [[1.2, 2.0], [-1.0, -1.8]])
     assert _close(model.head.bias.grad, [1.1, -1.1])
 
@@ -213,7 +218,7 @@ def test_scaffold_server_update_divides_by_all_clients() -> None:
     scaffold.load_state_dict({"c": {"w": _t([1.0, -2.0])}, "client_c": {}})
     updates = [_update(0, 1, {"w": _t([0.0, 4.0])}, payload={"delta_c": {"w": _t([2.0, -4.0])}}),
                _update(3, 3, {"w": _t([4.0, 8.0])}, payload={"delta_c": {"w": _t([1.0, 1.0])}})]
-    out = scaffold.aggregate({"w": _t([0.0, 0.0])}, updates)
+    out = scaffold.aggregate({"w": _t([0.0, 0.0])}, updates, ["w"])
     assert _close(out["w"], [3.0, 7.0])  # (1·[0, 4] + 3·[4, 8]) / 4
     # c + (Δc_0 + Δc_3)/N = [1, -2] + [3, -3]/10 (N = 10 clients, not the 2 of this round)
     assert _close(scaffold.state_dict()["c"]["w"], [1.3, -2.3])
@@ -230,10 +235,9 @@ def test_fednova_normalizing_factor_by_hand() -> None:
 
 def _nova_round(momentum: float) -> dict:
     fednova = FedNova(_settings(momentum=momentum), num_clients=4, num_classes=2)
-    fednova.adapt_model(ParamAndBuffers())
     updates = [_update(0, 1, _state([0.0, 1.0], [4.0, 0.0], 5), steps=2),
                _update(1, 3, _state([0.5, 3.0], [0.0, 8.0], 7), steps=5)]
-    return fednova.aggregate(_state([1.0, 2.0]), updates)
+    return fednova.aggregate(_state([1.0, 2.0]), updates, W)
 
 
 def test_fednova_plain_sgd_two_clients() -> None:
@@ -259,9 +263,8 @@ def test_fednova_momentum_two_clients() -> None:
 
 def test_fednova_equal_steps_is_fedavg() -> None:
     fednova = FedNova(PLAIN_SGD, num_clients=2, num_classes=2)
-    fednova.adapt_model(ParamAndBuffers())
     updates = [_update(0, 1, _state([0.0, 4.0]), steps=3), _update(1, 3, _state([4.0, 8.0]), steps=3)]
-    assert _close(fednova.aggregate(_state([1.0, 1.0]), updates)["w"], [3.0, 7.0])
+    assert _close(fednova.aggregate(_state([1.0, 1.0]), updates, W)["w"], [3.0, 7.0])
 
 
 # --------------------------------------------------------------------------- FedOpt
@@ -275,12 +278,11 @@ D1, D2 = [0.3, 0.2], [0.001, 0.2]
 
 
 def _fedopt_two_rounds(algorithm):
-    algorithm.adapt_model(ParamAndBuffers())
     x, outs = _state(X0), []
     for changes in (ROUND1, ROUND2):
         updates = [_update(0, 1, _state([a + b for a, b in zip(x["w"].tolist(), changes[0])], [2.0, 0.0], 3)),
                    _update(1, 3, _state([a + b for a, b in zip(x["w"].tolist(), changes[1])], [6.0, 4.0], 9))]
-        x = algorithm.aggregate(x, updates)
+        x = algorithm.aggregate(x, updates, W)
         outs.append(x)
     return outs
 
@@ -333,25 +335,24 @@ def test_fedadagrad_two_server_steps_by_hand() -> None:
     assert _close(out1["w"], x1, 1e-5) and _close(out2["w"], x2, 1e-5)
 
 
-def test_fedopt_needs_the_parameter_names() -> None:
+def test_fedopt_steps_only_the_parameters_it_is_given() -> None:
     algorithm = FedAdam(PLAIN_SGD, 4, 2)
-    with pytest.raises(RuntimeError, match="parameter names"):
-        algorithm.aggregate(_state(X0), [_update(0, 1, _state(X0))])
+    out = algorithm.aggregate(_state(X0), [_update(0, 1, _state([2.0, 0.0], [4.0, 4.0], 3))], parameters=())
+    assert _close(out["w"], [2.0, 0.0]) and _close(out["running_mean"], [4.0, 4.0])  # all averaged, as FedAvg
+    assert algorithm.state_dict() == {"m": {}, "v": {}}
 
 
 # --------------------------------------------------------------------------- FedEXP
 
 def _fedexp(**hp) -> FedExp:
-    algorithm = FedExp(PLAIN_SGD, num_clients=4, num_classes=2, **hp)
-    algorithm.adapt_model(ParamAndBuffers())
-    return algorithm
+    return FedExp(PLAIN_SGD, num_clients=4, num_classes=2, **hp)
 
 
 def test_fedexp_extrapolates_when_updates_disagree() -> None:
     fedexp = _fedexp(average_last_two=False)
     x = _state([1.0, 1.0])
     updates = [_update(0, 2, _state([4.0, 1.0], [2.0, 2.0])), _update(1, 2, _state([0.0, 1.0], [4.0, 0.0]))]
-    out = fedexp.aggregate(x, updates)
+    out = fedexp.aggregate(x, updates, W)
     # Δ = [3, 0] and [-1, 0], p = 1/2 each: ½·(9 + 1)/2 = 2.5; Δ̄ = [1, 0], ‖Δ̄‖² = 1; S·ε = 2e-3
     eta = 2.5 / 1.002
     assert fedexp.last_server_lr == pytest.approx(eta, rel=1e-9) and eta > 2.49
@@ -362,7 +363,7 @@ def test_fedexp_extrapolates_when_updates_disagree() -> None:
 def test_fedexp_sample_weighted_step() -> None:
     fedexp = _fedexp(average_last_two=False)
     updates = [_update(0, 1, _state([4.0, 0.0])), _update(1, 3, _state([0.0, -4.0 / 3.0]))]
-    out = fedexp.aggregate(_state([0.0, 0.0]), updates)
+    out = fedexp.aggregate(_state([0.0, 0.0]), updates, W)
     # p = (1/4, 3/4): Σ p‖Δ‖² = 4 + 0.75·16/9 = 16/3; Δ̄ = [1, -1], ‖Δ̄‖² = 2
     eta = 0.5 * (16 / 3) / (2 + 2e-3)  # 1.332001 (4/3 is stored in float32: hence rel=1e-6)
     assert fedexp.last_server_lr == pytest.approx(eta, rel=1e-6)
@@ -372,7 +373,7 @@ def test_fedexp_sample_weighted_step() -> None:
 def test_fedexp_clamps_to_one_when_updates_agree() -> None:
     fedexp = _fedexp(average_last_two=False)
     updates = [_update(0, 1, _state([2.0, 2.0])), _update(1, 3, _state([2.0, 2.0]))]
-    out = fedexp.aggregate(_state([1.0, 1.0]), updates)
+    out = fedexp.aggregate(_state([1.0, 1.0]), updates, W)
     # identical Δ = [1, 1]: ½·2/(2 + 0.002) < 1, so η_g = 1 and the step is FedAvg's
     assert fedexp.last_server_lr == 1.0
     assert _close(out["w"], [2.0, 2.0])
@@ -381,25 +382,21 @@ def test_fedexp_clamps_to_one_when_updates_agree() -> None:
 def test_fedexp_epsilon_is_scaled_by_the_number_of_clients() -> None:
     fedexp = _fedexp(average_last_two=False)
     updates = [_update(0, 1, _state([0.1, 0.0])), _update(1, 1, _state([-0.1, 0.0]))]
-    fedexp.aggregate(_state([0.0, 0.0]), updates)
+    fedexp.aggregate(_state([0.0, 0.0]), updates, W)
     # Δ̄ = 0: η = ½·0.01/(0 + 2·1e-3) = 2.5 (the paper's "+ ε" form would give 5)
     assert fedexp.last_server_lr == pytest.approx(2.5, rel=1e-6)
     # no change at all and ε = 0: 0/0 is taken as η_g = 1, not NaN
     fedexp = _fedexp(average_last_two=False, epsilon=0.0)
-    out = fedexp.aggregate(_state([1.0, 2.0]), [_update(0, 1, _state([1.0, 2.0]))])
+    out = fedexp.aggregate(_state([1.0, 2.0]), [_update(0, 1, _state([1.0, 2.0]))], W)
     assert fedexp.last_server_lr == 1.0 and _close(out["w"], [1.0, 2.0])
 
 
 def test_fedexp_evaluates_the_average_of_the_last_two_iterates_and_trains_from_the_last() -> None:
     fedexp = _fedexp()  # average_last_two on by default
-    model = ParamAndBuffers()
 
     def round_(global_state, client_states):
-        for i in range(len(client_states)):
-            model.load_state_dict(global_state)  # what the engine does before begin_local
-            fedexp.begin_local(model, global_state, _client([1, 0], client_id=i))
-        started_from = model.w.detach().clone()
-        out = fedexp.aggregate(global_state, [_update(i, 1, _state(w)) for i, w in enumerate(client_states)])
+        started_from = fedexp.local_start(global_state)["w"].clone()  # what the engine loads for every client
+        out = fedexp.aggregate(global_state, [_update(i, 1, _state(w)) for i, w in enumerate(client_states)], W)
         return started_from, out
 
     # round 1: Δ = [1, 0] twice -> η = 1, x_1 = [1, 0]; nothing to average with yet
@@ -414,10 +411,7 @@ def test_fedexp_evaluates_the_average_of_the_last_two_iterates_and_trains_from_t
     # Δ = [0, 2], [0, 0] -> η = 1, x_3 = [2, 1]; evaluated (x_3 + x_2)/2 = [2, 0.5]
     assert _close(g3["w"], [2.0, 0.5])
     assert _close(fedexp.state_dict()["iterate"]["w"], [2.0, 1.0])
-
-    # a combined method whose begin_local skipped FedExp's would train from the wrong model: refused
-    with pytest.raises(RuntimeError, match="begin_local"):
-        fedexp.aggregate(g3, [_update(0, 1, _state([2.0, 1.0]))])
+    assert _close(fedexp.local_start(g3)["w"], [2.0, 1.0])  # round 4 starts from x_3 too
 
 
 # --------------------------------------------------------------------------- every method learns
@@ -478,7 +472,7 @@ def _train_and_aggregate(method: str, settings: TrainingSettings, x, y, indices)
     global_state = {k: v.clone() for k, v in model.state_dict().items()}
     counts = torch.bincount(y[indices], minlength=10)
     update = train_client(algorithm, model, global_state, x, y, _client(counts, indices), "run-x")
-    out = algorithm.aggregate(global_state, [update])
+    out = algorithm.aggregate(global_state, [update], trainable_parameters(model))
     return update, out, global_state
 
 

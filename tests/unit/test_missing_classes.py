@@ -16,7 +16,7 @@ from fedskew.algorithms import ALGORITHMS
 from fedskew.fl.base import TrainingSettings
 from fedskew.fl.feded import FedED
 from fedskew.fl.losses import calibration_counts, true_class_margin_cross_entropy
-from tests.unit.helpers import make_client
+from tests.helpers import make_client
 
 SGD = TrainingSettings(local_epochs=1, batch_size=4, lr=0.1, momentum=0.0, weight_decay=0.0)
 LOCAL = [3, 0, 1]                      # class 1 missing on this client
@@ -88,13 +88,13 @@ def test_the_option_is_declared_only_by_count_calibrated_methods() -> None:
 
 
 def test_scala_client_gradient_uses_the_option_for_p_k_only() -> None:
-    from fedskew.sfl.scala import SCALA
+    from fedskew.sfl.scala import SCALA, SCALALoss
 
     server_counts = torch.tensor([3, 5, 3])
     for treatment, counts in (("mask", [3, 0, 1]), ("floor", [3, 1, 1]), ("global", [3, 5, 3])):
         algorithm = SCALA(SGD, 2, 3, missing_classes=treatment)
         algorithm.set_label_counts(torch.tensor(ALL_CLIENTS))
-        used = algorithm._client_counts(make_client(LOCAL), server_counts)
+        used = algorithm.prior_counts(SCALALoss.CLIENT_PRIOR, make_client(LOCAL), server_counts)
         assert used.tolist() == counts
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from fedskew.reproduce.paper_tables import load_paper_table
-from tests.unit.helpers import assert_printed
+from tests.helpers import assert_printed
 
 # (rows, columns) counted in the paper independently of the YAML files.
 SHAPES = {

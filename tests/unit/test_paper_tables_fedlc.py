@@ -2,7 +2,7 @@
 import pytest
 
 from fedskew.reproduce.paper_tables import load_paper_table
-from tests.unit.helpers import assert_printed
+from tests.helpers import assert_printed
 
 SHAPES = {
     "fedlc_t1": (7, 12),   # 7 methods x (SVHN, CIFAR10, CIFAR100) x beta in {0.05, 0.1, 0.3, 0.5}

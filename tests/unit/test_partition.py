@@ -66,7 +66,7 @@ def test_registry_consistent() -> None:
 def test_schema_knows_exactly_the_registered_schemes_and_their_parameters() -> None:
     import yaml
 
-    from fedskew.config import SCHEMA_PATH
+    from fedskew.config_schema import SCHEMA_PATH
 
     partition = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]["partition"]
     assert set(partition["properties"]["scheme"]["enum"]) == set(SCHEMES)
@@ -442,7 +442,7 @@ def test_digits_sizes_are_those_of_the_real_split(test_fraction: float, seed: in
     spec = {"source": "digits", "test_fraction": test_fraction, "seed": seed}
     y_train = load_digits_split(test_fraction, seed)["y_train"].numpy()
     assert sizes.train_size(spec) == len(y_train)
-    assert sizes.label_counts(spec).tolist() == np.bincount(y_train, minlength=10).tolist()
+    assert sizes.class_counts(spec).tolist() == np.bincount(y_train, minlength=10).tolist()
 
 
 def test_synthetic_sizes_are_those_of_the_generated_data() -> None:
@@ -453,7 +453,7 @@ def test_synthetic_sizes_are_those_of_the_generated_data() -> None:
         spec = {"source": "synthetic", "lam": 1.0, "mu": 1.0, "clients": 12, "dim": 60, "classes": 10, "seed": seed}
         y_train = generate_synthetic(1.0, 1.0, 12, 60, 10, seed)["y_train"].numpy()
         assert sizes.train_size(spec) == len(y_train)
-        assert sizes.label_counts(spec).tolist() == np.bincount(y_train, minlength=10).tolist()
+        assert sizes.class_counts(spec).tolist() == np.bincount(y_train, minlength=10).tolist()
 
 
 def test_fixed_sizes_agree_with_the_cost_table_and_the_class_counts() -> None:
@@ -461,10 +461,10 @@ def test_fixed_sizes_agree_with_the_cost_table_and_the_class_counts() -> None:
     from fedskew.data.registry import DATASET_DEFAULTS, dataset_info
     from fedskew.reproduce.cost import SIZES
 
-    for source in [*sizes.FIXED_LABEL_COUNTS, *sizes.FIXED_TRAIN_SIZES]:
+    for source in [*sizes.FIXED_CLASS_COUNTS, *sizes.FIXED_TRAIN_SIZES]:
         spec = {"source": source, **DATASET_DEFAULTS[source]}
         assert sizes.train_size(spec) == SIZES[source][0], source
-        counts = sizes.label_counts(spec)
+        counts = sizes.class_counts(spec)
         assert counts is None or len(counts) == dataset_info(spec).num_classes, source
     for source in ("femnist", "imagenet_subset"):  # depend on a writer draw / a local copy: unknown
         assert sizes.train_size({"source": source, **DATASET_DEFAULTS[source]}) is None

@@ -49,7 +49,7 @@ def test_bf16_scope_runs_matrix_products_in_bfloat16_and_losses_in_float32() -> 
 
 
 def test_a_bf16_run_trains_with_float32_weights_close_to_fp32(project, tiny_params) -> None:
-    from tests.conftest import method_config
+    from tests.helpers import method_config
 
     fp32 = run_training(method_config(tiny_params, "fedavg", training={"model": "cnn"}), root=project)
     bf16_cfg = method_config(tiny_params, "fedavg", training={"model": "cnn", "precision": "bf16"})

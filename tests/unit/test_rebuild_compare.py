@@ -96,7 +96,7 @@ def test_retraining_some_runs_names_a_method_or_seed_the_suite_lacks(tmp_path):
     import yaml
 
     from fedskew.config import ConfigError, load_params
-    from tests.conftest import TINY_PARAMS
+    from tests.helpers import TINY_PARAMS
 
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(TINY_PARAMS, sort_keys=False))
     params = load_params(tmp_path / "params.yaml")

@@ -14,7 +14,7 @@ from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
 
 from fedskew import paths, snakemake_run
 from fedskew.config import load_params
-from tests.conftest import TINY_PARAMS
+from tests.helpers import TINY_PARAMS
 
 
 def record(event: LogEvent | None, msg: str | None = None, **fields) -> logging.LogRecord:

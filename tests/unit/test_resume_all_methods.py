@@ -14,7 +14,7 @@ import pytest
 from fedskew import paths
 from fedskew.algorithms import ALGORITHMS
 from fedskew.engine.simulation import RunStopped, run_training
-from tests.conftest import method_config, single_setting
+from tests.helpers import method_config, single_setting
 
 
 @pytest.fixture

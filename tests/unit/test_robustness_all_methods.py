@@ -11,7 +11,7 @@ from fedskew.data.registry import DatasetInfo, _normalise
 from fedskew.engine.sampling import client_seed
 from fedskew.engine.rounds import train_client
 from fedskew.fl import ALGORITHMS
-from fedskew.fl.base import ClientContext, TrainingSettings
+from fedskew.fl.base import ClientContext, TrainingSettings, trainable_parameters
 from fedskew.models import build_model
 
 SETTINGS = TrainingSettings(local_epochs=2, batch_size=32, lr=0.05, momentum=0.0, weight_decay=0.0)
@@ -47,6 +47,6 @@ def test_single_class_and_tiny_clients_train_and_aggregate_finitely(digits, meth
                    for k, ix in enumerate((single_class, tiny, mixed))]
         for update in updates:
             assert all(torch.isfinite(v).all() for v in update.state.values() if v.is_floating_point())
-        global_state = algorithm.aggregate(global_state, updates)
+        global_state = algorithm.aggregate(global_state, updates, trainable_parameters(model))
         assert all(torch.isfinite(v).all() for v in global_state.values() if v.is_floating_point()), method
     assert updates[1].num_steps == SETTINGS.local_epochs  # 3 samples: one partial batch per epoch

@@ -23,10 +23,11 @@ from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl.base import ClientContext, TrainingSettings
 from fedskew.models import SplittableNet
 from fedskew.models.split import split_model
-from fedskew.sfl import SPLIT_ALGORITHMS
-from fedskew.sfl.base import BatchStream, PartCopy, SplitRound, minibatch_sizes
+from fedskew import sfl
+from fedskew.sfl.base import BatchStream, SplitRound, minibatch_sizes
+from fedskew.sfl.parts import PartCopy
 from fedskew.sfl.scala import SCALA
-from tests.conftest import method_config, single_setting
+from tests.helpers import method_config, single_setting
 
 C = 4
 LR = 0.1
@@ -97,7 +98,7 @@ def test_scala_gradients_and_server_step_match_the_equations(name, server_prior,
     x, y, parts = tiny_data()
     model = tiny_model()
     view = split_model(model, "act")
-    algorithm = SPLIT_ALGORITHMS[name](PLAIN_SGD, 2, C)
+    algorithm = sfl.ALGORITHMS[name](PLAIN_SGD, 2, C)
     clients = contexts(y, parts)
     counts = {"client": [[3.0, 1.0, 0.0, 0.0], [0.0, 4.0, 4.0, 0.0]], "server": [[3.0, 5.0, 4.0, 0.0]] * 2,
               None: [None, None]}
@@ -179,7 +180,7 @@ def test_splitfed_v1_equals_fedavg_with_the_same_minibatches() -> None:
     model = tiny_model()
     rnd = make_round(model, x, y, parts, settings=settings)
     # B = 6: B_k = 2 and 4, several passes over the data in 5 iterations
-    result = SPLIT_ALGORITHMS["splitfed_v1"](settings, 2, C, local_iterations=5, server_batch=6).run_round(rnd)
+    result = sfl.ALGORITHMS["splitfed_v1"](settings, 2, C, local_iterations=5, server_batch=6).run_round(rnd)
     reference = _fedavg_reference_with(settings, model, x, y, parts, contexts(y, parts), 5)
     for key, value in reference.items():
         torch.testing.assert_close(result.global_state[key], value, rtol=0, atol=1e-6)
@@ -228,9 +229,9 @@ def test_splitfed_v2_trains_one_server_part_client_after_client_in_a_seeded_orde
     model = tiny_model()
     orders = set()
     for seed in range(6):
-        algorithm = SPLIT_ALGORITHMS["splitfed_v2"](settings, 2, C, local_iterations=3, server_batch=6)
+        algorithm = sfl.ALGORITHMS["splitfed_v2"](settings, 2, C, local_iterations=3, server_batch=6)
         result = algorithm.run_round(make_round(model, x, y, parts, seed=seed, settings=settings))
-        order = algorithm.last_order
+        order = torch.randperm(2, generator=torch.Generator().manual_seed(seed)).tolist()  # the round's server generator
         orders.add(tuple(order))
         reference = _sequential_reference(settings, model, x, y, parts, contexts(y, parts, seed=seed), order, 3)
         for key, value in reference.items():
@@ -246,7 +247,7 @@ def test_splitfed_v3_keeps_client_parts_personal_and_evaluates_personalised_mode
     settings = TrainingSettings(1, 32, LR, 0.0, 0.0)
     model = tiny_model()
     # three registered clients; client 2 never takes part
-    algorithm = SPLIT_ALGORITHMS["splitfed_v3"](settings, 3, C, local_iterations=2, server_batch=6)
+    algorithm = sfl.ALGORITHMS["splitfed_v3"](settings, 3, C, local_iterations=2, server_batch=6)
     algorithm.set_label_counts(torch.stack([torch.bincount(y[p], minlength=C) for p in parts]
                                            + [torch.tensor([1, 1, 1, 1])]))
     rnd = make_round(model, x, y, parts, settings=settings)
@@ -258,7 +259,7 @@ def test_splitfed_v3_keeps_client_parts_personal_and_evaluates_personalised_mode
     assert set(personal) == {"0", "1"}
     assert not torch.allclose(personal["0"]["fc.weight"], personal["1"]["fc.weight"])
     # with V1's server copies: the averaged server part is V1's server part of the same round
-    v1 = SPLIT_ALGORITHMS["splitfed_v1"](settings, 3, C, local_iterations=2, server_batch=6).run_round(
+    v1 = sfl.ALGORITHMS["splitfed_v1"](settings, 3, C, local_iterations=2, server_batch=6).run_round(
         make_round(model, x, y, parts, settings=settings))
     torch.testing.assert_close(result.global_state["head.weight"], v1.global_state["head.weight"], rtol=0, atol=0)
 
@@ -278,7 +279,7 @@ def test_splitfed_v3_keeps_client_parts_personal_and_evaluates_personalised_mode
     assert metrics["acc"] == pytest.approx(0.2) and metrics["per_class_acc"] == pytest.approx([0.2] * C)
     assert algorithm.round_metrics() == {"personal_acc": pytest.approx(0.2)}
 
-    restored = SPLIT_ALGORITHMS["splitfed_v3"](settings, 3, C)
+    restored = sfl.ALGORITHMS["splitfed_v3"](settings, 3, C)
     restored.load_state_dict(algorithm.state_dict())
     assert restored.state_dict().keys() == algorithm.state_dict().keys()
 
@@ -291,7 +292,7 @@ def test_sfl_local_loss_sends_no_gradient_and_trains_clients_on_their_aux_head_o
         model = tiny_model()
         torch.manual_seed(100 + server_seed)
         model.head.reset_parameters()
-        algorithm = SPLIT_ALGORITHMS["sfl_local_loss"](settings, 2, C, local_iterations=3, server_batch=6)
+        algorithm = sfl.ALGORITHMS["sfl_local_loss"](settings, 2, C, local_iterations=3, server_batch=6)
         results.append((algorithm.run_round(make_round(model, x, y, parts, settings=settings)), algorithm))
     (first, algo), (second, _) = results
     assert first.traffic["down_gradients"] == 0 and first.traffic["up_activations"] > 0
@@ -306,12 +307,12 @@ def test_sfl_local_loss_sends_no_gradient_and_trains_clients_on_their_aux_head_o
     assert first.traffic["up_weights"] == 2 * (client_part + (3 * C + C) * 4)
 
 
-@pytest.mark.parametrize("name", sorted(SPLIT_ALGORITHMS))
+@pytest.mark.parametrize("name", sorted(sfl.ALGORITHMS))
 def test_every_split_method_survives_single_class_and_tiny_clients(name) -> None:
     x, y, _ = tiny_data()
     parts = [torch.tensor([0]), torch.tensor([6, 7, 9])]  # one sample of class 0; class 2 only
     settings = TrainingSettings(1, 32, LR, 0.9, 0.0)
-    algorithm = SPLIT_ALGORITHMS[name](settings, 2, C)
+    algorithm = sfl.ALGORITHMS[name](settings, 2, C)
     algorithm.set_label_counts(torch.stack([torch.bincount(y[p], minlength=C) for p in parts]))
     result = algorithm.run_round(make_round(tiny_model(), x, y, parts, settings=settings))
     assert all(torch.isfinite(v).all() for v in result.global_state.values())
@@ -325,7 +326,7 @@ def _alexnet_rounds(name: str, vectorised: bool, rounds: int = 2, **hyperparamet
     with uneven clients (one of a single sample), momentum and weight decay."""
     from fedskew.algorithms import ALGORITHMS
     from fedskew.models import alexnet
-    from tests.unit.helpers import DIGITS_INFO
+    from tests.helpers import DIGITS_INFO
 
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(7)
@@ -370,7 +371,7 @@ def test_which_split_methods_stack_their_client_parts_and_why_not() -> None:
     from fedskew.algorithms import ALGORITHMS
     from fedskew.engine.vectorised import choose_split_execution
     from fedskew.models import alexnet
-    from tests.unit.helpers import DIGITS_INFO
+    from tests.helpers import DIGITS_INFO
 
     view = split_model(alexnet(DIGITS_INFO, hidden=16), "S2")
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
@@ -409,7 +410,7 @@ def test_alexnet_split_run_with_dropout_resumes_bit_identically(project, tiny_pa
 
 
 def test_a_vectorised_split_run_stacks_its_client_parts_and_agrees(project, tiny_params, caplog) -> None:
-    from fedskew.sfl.base import StackedClientParts
+    from fedskew.sfl.parts import StackedClientParts
 
     training = dict(model="cnn", rounds=3, eval_every=1, participation=1.0)
     sequential = run_training(method_config(tiny_params, "scala", training, local_iterations=2, server_batch=32))

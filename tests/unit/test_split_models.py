@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from fedskew.data.registry import DatasetInfo
 from fedskew.models import MODELS, SplittableNet, build_model
 from fedskew.models.split import SplitView, split_model
-from tests.unit.helpers import DIGITS_INFO
+from tests.helpers import DIGITS_INFO
 
 CIFAR_INFO = DatasetInfo((3, 32, 32), 10, True, False)
 FMNIST_INFO = DatasetInfo((1, 28, 28), 10, True, False)

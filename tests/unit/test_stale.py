@@ -17,7 +17,7 @@ from fedskew.packed.archive import ArchiveError, import_archives, ship
 from fedskew.reproduce.layouts import CellSpec
 from fedskew.reproduce.tables import read_cell
 from fedskew.runfiles import write_run_files
-from tests.conftest import REPO, TINY_PARAMS
+from tests.helpers import REPO, TINY_PARAMS
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 Each participant's update is folded in as soon as it has trained and then dropped by the
 engine. Checked here against the one-shot aggregation they had before (kept below as the
-reference, receiving every update at once): bit for bit over several rounds with unequal
-clients (and, for FL-FCR, classes missing on some clients), across a checkpoint, and that
-a round really holds one client's state and payload at a time.
+reference, a fold that keeps a copy of every update and computes at the end): bit for bit
+over several rounds with unequal clients (and, for FL-FCR, classes missing on some clients),
+across a checkpoint, and that a round really holds one client's state and payload at a time.
 """
 
 from __future__ import annotations
@@ -25,23 +25,18 @@ from fedskew.fl.base import (
     ClientContext,
     ClientUpdate,
     FederatedAlgorithm,
-    RoundAggregate,
+    Fold,
+    RoundStart,
     StateDict,
     TrainingSettings,
-    weighted_average,
+    trainable_parameters,
 )
 from fedskew.fl.combinations import FedLCScaffold
-from fedskew.fl.flfcr import (
-    FLFCR,
-    HEAD_BIAS,
-    HEAD_WEIGHT,
-    ClassStatisticsPool,
-    class_feature_statistics,
-    retrain_head,
-    sample_class_features,
-    symmetric_unpack,
-)
+from fedskew.fl.flfcr import FLFCR, HEAD_BIAS, HEAD_WEIGHT
+from fedskew.fl.flfcr_features import ClassStatisticsPool, class_feature_statistics, symmetric_unpack
+from fedskew.fl.flfcr_retraining import retrain_head, sample_class_features
 from fedskew.fl.scaffold import Scaffold
+from fedskew.fl.server_math import weighted_average
 from fedskew.models.net import SplittableNet
 
 NUM_CLASSES, DIM, HIDDEN = 4, 6, 8
@@ -77,13 +72,29 @@ def _pool_all_at_once(clients, num_classes: int, dim: int):
     return total.round().to(torch.int64), mean, cov
 
 
+class KeepEveryUpdate(Fold):
+    """The reference's way of aggregating: a copy of every update kept (the engine drops its own), and
+    `one_shot(global_state, updates)` computed on all of them at the end."""
+
+    def __init__(self, start: RoundStart, one_shot) -> None:
+        super().__init__(start)
+        self.one_shot, self.kept = one_shot, []
+
+    def fold(self, update: ClientUpdate) -> None:
+        self.kept.append(ClientUpdate(update.client_id, update.num_samples, _snapshot(update.state),
+                                      update.num_steps, update.train_loss, _snapshot(update.payload)))
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        return self.one_shot(self.start.global_state, self.kept)
+
+
 class OneShotScaffold(Scaffold):
     """SCAFFOLD's server step as it was before it streamed: every update at once."""
 
-    def begin_aggregate(self, global_state, num_samples):
-        return None
+    def begin_aggregate(self, start: RoundStart) -> Fold:
+        return KeepEveryUpdate(start, self.one_shot)
 
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
+    def one_shot(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
         out = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
         total = float(self.num_clients)
         new_c = {}
@@ -98,16 +109,15 @@ class OneShotScaffold(Scaffold):
 
 class OneShotFedLCScaffold(FedLCScaffold):
     begin_aggregate = OneShotScaffold.begin_aggregate
-    aggregate = OneShotScaffold.aggregate
+    one_shot = OneShotScaffold.one_shot
 
 
 class OneShotFLFCR(FLFCR):
     """FL-FCR's server side as it was before it streamed: every update at once."""
 
-    def begin_aggregate(self, global_state, num_samples):
-        return None
+    begin_aggregate = OneShotScaffold.begin_aggregate
 
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
+    def one_shot(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
         state = weighted_average([u.state for u in updates], [u.num_samples for u in updates])
         weight, bias = state[HEAD_WEIGHT], state[HEAD_BIAS]
         for update in updates:
@@ -223,8 +233,9 @@ CASES = {
 def test_streamed_aggregation_is_the_one_shot_one_bit_for_bit(case: str) -> None:
     streamed_cls, one_shot_cls, options = CASES[case]
     streamed, one_shot = Run(streamed_cls, **options), Run(one_shot_cls, **options)
-    assert streamed.algorithm.begin_aggregate(streamed.global_state, SIZES) is not None
-    assert one_shot.algorithm.begin_aggregate(one_shot.global_state, SIZES) is None  # the engine keeps all
+    start = RoundStart(streamed.global_state, SIZES, trainable_parameters(streamed.model))
+    assert not isinstance(streamed.algorithm.begin_aggregate(start), KeepEveryUpdate)
+    assert isinstance(one_shot.algorithm.begin_aggregate(start), KeepEveryUpdate)  # it keeps all
     for round_ in range(1, 5):
         _assert_identical(streamed.round(round_), one_shot.round(round_), f"{case} round {round_}")
     state = streamed.algorithm.state_dict()
@@ -245,7 +256,7 @@ def test_aggregate_called_directly_is_the_engines_stream(cls) -> None:
                for cid in (6, 1, 3)]
     updates = [train_client(direct.algorithm, direct.model, direct.global_state, direct.x, direct.y, client, "direct")
                for client in clients]
-    out = direct.algorithm.aggregate(direct.global_state, updates)
+    out = direct.algorithm.aggregate(direct.global_state, updates, trainable_parameters(direct.model))
     for client in clients:  # the same clients again, with fresh generators
         client.generator = torch.Generator().manual_seed(client.seed)
     via_engine = federated_round(streamed.algorithm, streamed.model, streamed.global_state, clients,
@@ -285,7 +296,8 @@ def test_resume_from_a_checkpoint_is_bit_identical(cls) -> None:
 # ------------------------------------------------------------------- the engine streams
 
 def _held_bytes(obj: Any, seen: set[int]) -> int:
-    """Bytes of the tensors an aggregation object holds (not those of the method it points to)."""
+    """Bytes of the tensors an aggregation object holds (not those of the method it points to, nor the round's
+    global state it reads, which the engine holds anyway)."""
     if isinstance(obj, torch.Tensor):
         if id(obj) in seen:
             return 0
@@ -295,15 +307,15 @@ def _held_bytes(obj: Any, seen: set[int]) -> int:
         return sum(_held_bytes(value, seen) for value in obj.values())
     if isinstance(obj, (list, tuple)):
         return sum(_held_bytes(value, seen) for value in obj)
-    if isinstance(obj, FederatedAlgorithm) or not hasattr(obj, "__dict__"):
+    if isinstance(obj, (FederatedAlgorithm, RoundStart)) or not hasattr(obj, "__dict__"):
         return 0
     return sum(_held_bytes(value, seen) for value in vars(obj).values())
 
 
-class Watched(RoundAggregate):
-    """Wraps a method's stream: what is alive at each fold, and what the stream holds after it."""
+class Watched:
+    """Wraps a method's fold: what is alive at each fold, and what the fold holds after it."""
 
-    def __init__(self, inner: RoundAggregate) -> None:
+    def __init__(self, inner: Fold) -> None:
         self.inner = inner
         self.folded: list[ClientUpdate] = []
         self.alive: list[int] = []          # updates still holding a state or payload at each fold
@@ -328,10 +340,8 @@ def test_a_round_holds_one_clients_state_and_payload_at_a_time(cls) -> None:
     watched: list[Watched] = []
     begin = run.algorithm.begin_aggregate
 
-    def watching(global_state, num_samples):
-        stream = begin(global_state, num_samples)
-        assert stream is not None, f"{cls.name} does not stream"
-        watched.append(Watched(stream))
+    def watching(start):
+        watched.append(Watched(begin(start)))
         return watched[-1]
 
     run.algorithm.begin_aggregate = watching

@@ -16,7 +16,7 @@ import pytest
 
 from fedskew import catalog
 from fedskew.data import sources
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SCRIPT = REPO / "scripts" / "system-packages.sh"
 PACKAGE = sources.OS_PACKAGES["fashionmnist"]  # read at collection, before tests/conftest.py hides it

@@ -16,26 +16,18 @@ import torch
 from torch import nn
 
 from fedskew.algorithms import ALGORITHMS
-from fedskew.engine import vectorised
-from fedskew.engine.closed_form import closed_form_step, one_hot_targets
+from fedskew.engine import stacked
+from fedskew.engine.batched_forms import adjusted_objective, closed_form_steps, loss_is_adjusted_cross_entropy
+from fedskew.engine.closed_form import closed_form_step, dense_forward, one_hot_targets
 from fedskew.engine.rounds import NonFiniteError, federated_round
 from fedskew.engine.simulation import run_training
-from fedskew.engine.vectorised import (
-    _batched_objective,
-    _closed_form_steps,
-    _dense_forward,
-    _has_batched_loss,
-    choose_execution,
-    round_parallelism,
-    vectorisation_blocker,
-)
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings
-from fedskew.fl.losses import IGNORE_INDEX
+from fedskew.engine.vectorised import choose_execution, round_parallelism, vectorisation_blocker
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, TrainingSettings, batched
+from fedskew.fl.losses import IGNORE_INDEX, batched_cross_entropy
 from fedskew.models import alexnet, build_model
 from fedskew.models.dropout import Dropout
 from fedskew.models.net import SplittableNet
-from tests.conftest import method_config, single_setting
-from tests.unit.helpers import DIGITS_INFO
+from tests.helpers import DIGITS_INFO, method_config, single_setting
 
 NUM_CLASSES = 10
 # Methods whose every client-side hook has a vectorised form (the rest fall back; see below).
@@ -125,7 +117,7 @@ def test_inputs_gathered_in_blocks_give_the_same_round(monkeypatch, gather_bytes
     """The inputs of many steps are gathered at once, at most GATHER_BYTES at a time: any block size
     trains the same minibatches."""
     whole = _rounds("fedlc", "mlp", True, rounds=2)
-    monkeypatch.setattr(vectorised, "GATHER_BYTES", gather_bytes)
+    monkeypatch.setattr(stacked, "GATHER_BYTES", gather_bytes)
     for a, b in zip(whole, _rounds("fedlc", "mlp", True, rounds=2)):
         for key, value in a.global_state.items():
             torch.testing.assert_close(b.global_state[key], value, rtol=0, atol=0, msg=key)
@@ -192,7 +184,8 @@ def test_round_parallelism_by_hand() -> None:
     assert round_parallelism(schedule, sizes, epochs=2, batch_size=10) == pytest.approx(expected)
 
 
-# Methods with a per-row `batched_local_loss`, and the readings of a missing class that change it.
+# Methods whose batched loss is the cross entropy of their `logit_adjustment`'s logits, and the readings of a
+# missing class that change it.
 BATCHED_LOSSES = [("fedavg", {}), ("fedprox", {}), ("fedrs", {}), ("fedrs_soft", {}), ("fedlogit", {}),
                   ("fedlogit", {"missing_classes": "floor"}), ("fedlogit", {"missing_classes": "global"}),
                   ("fedlc", {}), ("fedlc", {"missing_classes": "floor"}), ("fedlc", {"missing_classes": "global"}),
@@ -224,16 +217,17 @@ def _padded_labels(generator: torch.Generator) -> torch.Tensor:
 
 @pytest.mark.parametrize("method, hyperparameters", BATCHED_LOSSES)
 def test_batched_local_loss_is_local_loss_row_by_row(method: str, hyperparameters: dict) -> None:
-    """Each client's rows of `batched_local_loss`, averaged over its real rows, equal `local_loss` on
-    those rows alone, for clients with missing classes and padded (ignored) rows."""
+    """Each client's rows of the batched loss (the cross entropy of the adjusted logits), averaged over its
+    real rows, equal `local_loss` on those rows alone, for clients with missing classes and padded (ignored)
+    rows."""
     g = torch.Generator().manual_seed(3)
     counts, (clients, batch) = STACK_COUNTS, STACK_SHAPE
     algorithm = _stacked_method(method, hyperparameters)
-    assert _has_batched_loss(algorithm)
+    assert loss_is_adjusted_cross_entropy(algorithm)
     logits = torch.randn(clients, batch, NUM_CLASSES, generator=g) * 3
     features = torch.randn(clients, batch, 5, generator=g)
     labels = _padded_labels(g)
-    rows = algorithm.batched_local_loss(logits, features, labels, counts)
+    rows = batched_cross_entropy(algorithm.logit_adjustment(counts, logits.dtype).apply(logits), labels)
     assert rows.shape == (clients, batch)
     for client, n in enumerate(REAL_ROWS):
         context = ClientContext(client, 1, torch.arange(n), counts[client], torch.Generator(), 0)
@@ -262,7 +256,7 @@ def test_dense_forward_is_each_clients_model(model_name: str) -> None:
     torch.manual_seed(0)
     model = _dense(model_name)
     names = [name for name, _ in model.named_parameters()]
-    forward = _dense_forward(model, names)
+    forward = dense_forward(model, names)
     assert forward is not None
     clients = 3
     params = [p.detach() + 0.1 * torch.randn(clients, *p.shape) for p in model.parameters()]
@@ -279,26 +273,26 @@ def test_dense_forward_is_each_clients_model(model_name: str) -> None:
 
 def test_models_with_other_layers_take_the_vmap_forward() -> None:
     cnn = build_model("cnn", DIGITS_INFO)
-    assert _dense_forward(cnn, [name for name, _ in cnn.named_parameters()]) is None
+    assert dense_forward(cnn, [name for name, _ in cnn.named_parameters()]) is None
     reshaped = SplittableNet(OrderedDict(flat=nn.Flatten(), fc=nn.Linear(64, 8), shape=nn.Unflatten(1, (8, 1)),
                                          again=nn.Flatten()), 8, NUM_CLASSES, ("flat",))
-    assert _dense_forward(reshaped, [name for name, _ in reshaped.named_parameters()]) is None
+    assert dense_forward(reshaped, [name for name, _ in reshaped.named_parameters()]) is None
 
 
 def test_a_vectorisable_loss_without_a_batched_form_runs_under_vmap() -> None:
-    """A method that declares its own local_loss vectorisable but has no batched_local_loss of its own
-    (the one it inherits belongs to another loss) trains with its local_loss under vmap, and agrees."""
+    """A method that marks its own local_loss as its batched form (the adjustment it inherits belongs to
+    another loss) trains with its local_loss under vmap, and agrees."""
 
     class DoubledFedLC(ALGORITHMS["fedlc"]):
         name = "doubled_fedlc"
-        vectorised_hooks = ("local_loss",)
 
+        @batched("local_loss")
         def local_loss(self, logits, features, y, client, x=None):
             return 2 * super().local_loss(logits, features, y, client, x)
 
     ALGORITHMS["doubled_fedlc"] = DoubledFedLC
     try:
-        assert not _has_batched_loss(DoubledFedLC(_settings(), 6, NUM_CLASSES))
+        assert not loss_is_adjusted_cross_entropy(DoubledFedLC(_settings(), 6, NUM_CLASSES))
         sequential = _rounds("doubled_fedlc", "mlp", vectorised=False, rounds=2)
         vectorised = _rounds("doubled_fedlc", "mlp", vectorised=True, rounds=2)
     finally:
@@ -314,7 +308,7 @@ def test_a_vectorisable_loss_without_a_batched_form_runs_under_vmap() -> None:
 @pytest.mark.parametrize("model_name", ["logreg", "mlp", "fed_dnn", "relu_chain"])
 def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict, model_name: str) -> None:
     """A closed-form step's gradients and losses equal autograd's through the dense forward and the
-    method's own `batched_local_loss`: clients at different parameters, missing classes (masked,
+    method's own batched loss: clients at different parameters, missing classes (masked,
     floored, global), class scales, padded rows."""
     g = torch.Generator().manual_seed(5)
     counts, (clients, batch) = STACK_COUNTS, STACK_SHAPE
@@ -322,7 +316,7 @@ def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict,
     torch.manual_seed(1)
     model = _dense(model_name)
     names = [name for name, _ in model.named_parameters()]
-    steps = _closed_form_steps(algorithm, model, names)
+    steps = closed_form_steps(algorithm, model, names)
     assert steps is not None
     params = [p.detach() + 0.3 * torch.randn(clients, *p.shape, generator=g) for p in model.parameters()]
     inputs = torch.randn(clients, batch, 1, 8, 8, generator=g)
@@ -331,10 +325,10 @@ def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict,
     weights /= weights.sum(dim=1, keepdim=True)
 
     live = [p.clone().requires_grad_(True) for p in params]
-    features, logits = _dense_forward(model, names)(live, inputs, [])
-    total, expected_losses = _batched_objective(algorithm)(logits, features, labels, counts, weights)
+    features, logits = dense_forward(model, names)(live, inputs, [])
+    total, expected_losses = adjusted_objective(algorithm)(logits, features, labels, counts, weights)
     expected = torch.autograd.grad(total, live)
-    adjustment = algorithm.batched_logit_adjustment(counts, torch.float32)
+    adjustment = algorithm.logit_adjustment(counts, torch.float32)
     grads, losses = closed_form_step(steps, params, inputs, labels, weights,
                                      one_hot_targets(labels, weights, NUM_CLASSES), adjustment)
     torch.testing.assert_close(losses, expected_losses, rtol=1e-6, atol=1e-6)
@@ -345,37 +339,33 @@ def test_closed_form_gradients_are_autograds(method: str, hyperparameters: dict,
 
 def test_where_the_closed_form_applies() -> None:
     """Every vectorisable method trains logistic regression and the MLPs in closed form; a model with other
-    activations, a CNN, a loss run under vmap and a method with a batched loss of its own take autograd."""
+    activations, a CNN and a loss run under vmap (any batched loss other than an adjusted cross entropy)
+    take autograd."""
     dense = {name: _dense(name) for name in ("logreg", "mlp", "fed_dnn", "custom")}
     names = {key: [name for name, _ in model.named_parameters()] for key, model in dense.items()}
     for method in VECTORISED:
         algorithm = ALGORITHMS[method](_settings(), 4, NUM_CLASSES)
         for model_name in ("logreg", "mlp", "fed_dnn"):
-            assert _closed_form_steps(algorithm, dense[model_name], names[model_name]) is not None, method
-        assert _closed_form_steps(algorithm, dense["custom"], names["custom"]) is None, method
+            assert closed_form_steps(algorithm, dense[model_name], names[model_name]) is not None, method
+        assert closed_form_steps(algorithm, dense["custom"], names["custom"]) is None, method
     fedavg = FederatedAlgorithm(_settings(), 4, NUM_CLASSES)
     cnn = build_model("cnn", DIGITS_INFO)
-    assert _closed_form_steps(fedavg, cnn, [name for name, _ in cnn.named_parameters()]) is None
+    assert closed_form_steps(fedavg, cnn, [name for name, _ in cnn.named_parameters()]) is None
 
-    class Doubled(ALGORITHMS["fedlc"]):  # its local_loss has no batched form: vmap
-        vectorised_hooks = ("local_loss",)
-
+    class Doubled(ALGORITHMS["fedlc"]):  # its local_loss is its own batched form: vmap
+        @batched("local_loss")
         def local_loss(self, logits, features, y, client, x=None):
             return 2 * super().local_loss(logits, features, y, client, x)
 
-    class FeaturePenalty(FederatedAlgorithm):  # a batched loss of its own, not an adjusted cross entropy
-        vectorised_hooks = ("local_loss",)
-
+    class FeaturePenalty(FederatedAlgorithm):  # a batched loss that is not an adjusted cross entropy
+        @batched("local_loss")
         def local_loss(self, logits, features, y, client, x=None):
             return super().local_loss(logits, features, y, client, x) + features.pow(2).mean()
 
-        def batched_local_loss(self, logits, features, y, label_counts):
-            return super().batched_local_loss(logits, features, y, label_counts) + features.pow(2).mean(dim=2)
-
     for klass in (Doubled, FeaturePenalty):
         algorithm = klass(_settings(), 4, NUM_CLASSES)
-        assert _closed_form_steps(algorithm, dense["mlp"], names["mlp"]) is None, klass.__name__
-    assert _has_batched_loss(FeaturePenalty(_settings(), 4, NUM_CLASSES))
+        assert vectorisation_blocker(algorithm, dense["mlp"], augmented=False) is None, klass.__name__
+        assert closed_form_steps(algorithm, dense["mlp"], names["mlp"]) is None, klass.__name__
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedlc", "fedprox"])

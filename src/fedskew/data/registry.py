@@ -20,7 +20,7 @@ import torch
 from fedskew import paths
 from fedskew.catalog import DATASET_DEFAULTS, DatasetInfo, dataset_info  # noqa: F401
 from fedskew.data.datasets import dataset_source, dataset_sources
-from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError, Reach
 from fedskew.data.files import file_sha256, read_json, remove_stale_temporaries, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Dataset:
     pixel_std: torch.Tensor | None = None
 
 
-def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = True) -> Path:
+def prepare(dataset: str, spec: dict, root: Path = Path("."), reach: Reach = Reach.NETWORK) -> Path:
     """Materialise `dataset` and write its data/raw/<dataset>/READY.json manifest.
 
     The dataset's source (a module of fedskew.data.datasets) writes its tensors once: a fetched
@@ -51,11 +51,15 @@ def prepare(dataset: str, spec: dict, root: Path = Path("."), download: bool = T
     tensor file belongs to the dataset and its sha256, so `load` never trusts a half-written or
     altered file. This is also the repair: a cached tensors.pt that no longer matches its
     tensors.json sidecar is rebuilt from the verified raw files, a generated one is generated again.
+
+    `reach` says where missing raw files may come from (fedskew.data.sources.Reach): LOCAL is
+    `python -m fedskew download --no-download`.
     """
+    reach = Reach.checked(reach)  # before any file is touched, whichever source reads it (most ignore it)
     ready = root / paths.RAW_READY.format(dataset=dataset)
     ready.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(ready.parent, ".*.tmp-*")  # a killed run's half-written manifest or tensors
-    tensor_path, tensors = dataset_source(spec["source"]).materialise(spec, root, ready.parent, download)
+    tensor_path, tensors = dataset_source(spec["source"]).materialise(spec, root, ready.parent, reach)
     manifest = {
         "dataset": dataset,
         "spec": spec,

@@ -22,10 +22,10 @@ from functools import lru_cache
 import numpy as np
 
 # scikit-learn's 8x8 digits: 1797 images, per class 0..9.
-DIGITS_LABEL_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
+DIGITS_CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 
 # Training samples per class of fixed training splits (index = label).
-FIXED_LABEL_COUNTS: dict[str, tuple[int, ...]] = {
+FIXED_CLASS_COUNTS: dict[str, tuple[int, ...]] = {
     "mnist": (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949),  # 60,000
     "fashionmnist": (6000,) * 10,
     "cifar10": (5000,) * 10,
@@ -42,19 +42,19 @@ FIXED_TRAIN_SIZES: dict[str, int] = {
 
 def digits_split_sizes(test_fraction: float) -> tuple[int, int]:
     """(train, test) sizes of datasets.digits.load_digits_split: scikit-learn's train_test_split arithmetic."""
-    n = sum(DIGITS_LABEL_COUNTS)
+    n = sum(DIGITS_CLASS_COUNTS)
     n_test = math.ceil(test_fraction * n)
     return n - n_test, n_test
 
 
-def _digits_train_label_counts(test_fraction: float, seed: int) -> np.ndarray:
+def _digits_train_class_counts(test_fraction: float, seed: int) -> np.ndarray:
     """Per-class train counts of the stratified split: StratifiedShuffleSplit's first step,
     sklearn.utils.extmath._approximate_mode(class_counts, n_train, RandomState(seed)), restated.
 
     Proportional counts rounded down, the remaining samples going to the largest remainders
     (ties broken by the seeded generator, as scikit-learn does).
     """
-    class_counts = np.array(DIGITS_LABEL_COUNTS)
+    class_counts = np.array(DIGITS_CLASS_COUNTS)
     n_train, _ = digits_split_sizes(test_fraction)
     rng = np.random.RandomState(seed)
     continuous = class_counts / class_counts.sum() * n_train
@@ -79,7 +79,7 @@ def _synthetic_client_sizes(spec: dict) -> np.ndarray:
 
 
 @lru_cache(maxsize=32)
-def _synthetic_label_counts(lam: float, mu: float, clients: int, dim: int, classes: int, seed: int) -> np.ndarray:
+def _synthetic_class_counts(lam: float, mu: float, clients: int, dim: int, classes: int, seed: int) -> np.ndarray:
     # The labels need the features: generate (tens of milliseconds for 100 clients), once per spec.
     from fedskew.data.datasets.synthetic import generate_synthetic
 
@@ -94,20 +94,20 @@ def train_size(spec: dict) -> int | None:
         return digits_split_sizes(spec["test_fraction"])[0]
     if source == "synthetic":
         return int(_synthetic_client_sizes(spec).sum())
-    if source in FIXED_LABEL_COUNTS:
-        return sum(FIXED_LABEL_COUNTS[source])
+    if source in FIXED_CLASS_COUNTS:
+        return sum(FIXED_CLASS_COUNTS[source])
     return FIXED_TRAIN_SIZES.get(source)
 
 
-def label_counts(spec: dict) -> np.ndarray | None:
+def class_counts(spec: dict) -> np.ndarray | None:
     """Training samples per class of a dataset spec (defaults filled in); None where not known in advance."""
     source = spec["source"]
     if source == "digits":
-        return _digits_train_label_counts(spec["test_fraction"], spec["seed"])
+        return _digits_train_class_counts(spec["test_fraction"], spec["seed"])
     if source == "synthetic":
-        return _synthetic_label_counts(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"],
+        return _synthetic_class_counts(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"],
                                        spec["seed"]).copy()
-    if source in FIXED_LABEL_COUNTS:
-        return np.array(FIXED_LABEL_COUNTS[source], dtype=np.int64)
+    if source in FIXED_CLASS_COUNTS:
+        return np.array(FIXED_CLASS_COUNTS[source], dtype=np.int64)
     return None
 

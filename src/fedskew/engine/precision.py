@@ -13,7 +13,7 @@
   Runs on a GPU and, more slowly, on a CPU (what the CPU tests exercise).
 
 A run's numbers depend on its precision, so a setting other than fp32 enters its run id
-(fedskew.config.LATER_TRAINING_OPTIONS keeps fp32 out of it, so the runs published before
+(fedskew.training_config.LATER_TRAINING_OPTIONS keeps fp32 out of it, so the runs published before
 the setting existed keep their ids). Before a table uses a lower precision, its final
 accuracy must be shown to match fp32 within seed noise on a real-data setting (docs/gpu.md).
 """
@@ -21,13 +21,16 @@ accuracy must be shown to match fp32 within seed noise on a real-data setting (d
 from __future__ import annotations
 
 import contextlib
+import typing
 from collections.abc import Iterator
 
 import torch
 
 from fedskew.config import ConfigError
+from fedskew.training_config import TrainingConfig
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+# The values training.precision takes, as its field declares them (fp32, tf32, bf16)
+PRECISIONS: tuple[str, ...] = typing.get_args(typing.get_type_hints(TrainingConfig)["precision"])
 
 
 def check_precision(precision: str, device: torch.device) -> None:

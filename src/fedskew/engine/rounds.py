@@ -15,8 +15,18 @@ from typing import Any
 import torch
 
 from fedskew.engine.sampling import dropout_generator
-from fedskew.engine.vectorised import train_clients_vectorised
-from fedskew.fl.base import ClientContext, ClientUpdate, Exchange, FederatedAlgorithm, RoundResult
+from fedskew.engine.stacked import train_clients_vectorised
+from fedskew.fl.base import (
+    ClientContext,
+    ClientUpdate,
+    Exchange,
+    FederatedAlgorithm,
+    RoundResult,
+    RoundStart,
+    local_optimizer,
+    trainable_parameters,
+)
+from fedskew.fl.traffic import tensor_bytes  # one definition for every round (re-exported)
 from fedskew.models.dropout import dropout_layers, has_foreign_dropout, masks_from
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
@@ -31,17 +41,6 @@ class NonFiniteError(RuntimeError):
 
     round: int | None = None
     history: list[dict[str, Any]] | None = None
-
-
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of all tensors in a (nested) container: what crosses the network."""
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(tensor_bytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(v) for v in obj)
-    return 0
 
 
 def _nonfinite_advice(empty_clients: list[int]) -> str:
@@ -86,30 +85,32 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
                  x: torch.Tensor, y: torch.Tensor, client: ClientContext, run_id: str,
                  augment: Augment | None = None, copy_state: bool = True,
                  slots: list[tuple[str, torch.Tensor]] | None = None) -> ClientUpdate:
-    """Local training of one client from the global model; returns its update.
+    """Local training of one client from the round's start (`local_start` of the global model); its update.
 
     `augment(x_batch, generator)` (training.augmentation) transforms each training batch,
     drawing from the client's own generator. With ``copy_state=False`` the update's state
     holds the model's own tensors, valid only until the model is trained again: for a
     caller that folds it into an average at once. `slots` (`state_slots(model)`) saves
-    looking the model's tensors up for every client.
+    looking the model's tensors up for every client. The client's scratch is emptied once
+    `end_local` has run, so a round never holds more than one client's.
     """
     settings = algorithm.settings
+    start = algorithm.local_start(global_state)
     if slots is None:
-        model.load_state_dict(global_state)
+        model.load_state_dict(start)
     else:
         with torch.no_grad():
             for key, tensor in slots:
-                tensor.copy_(global_state[key])
+                tensor.copy_(start[key])
     model.train()
-    optimizer = algorithm.make_optimizer(model)
+    optimizer = local_optimizer(model.parameters(), settings)
     algorithm.begin_local(model, global_state, client)
     n, steps = client.num_samples, 0
     loss_sum = torch.zeros((), device=x.device)
     for _ in range(settings.local_epochs):
         order = client.indices[torch.randperm(n, generator=client.generator)].to(x.device)
-        for start in range(0, n, settings.batch_size):
-            batch = order[start:start + settings.batch_size]
+        for first in range(0, n, settings.batch_size):
+            batch = order[first:first + settings.batch_size]
             inputs = x[batch] if augment is None else augment(x[batch], client.generator)
             loss_sum += algorithm.local_step(model, optimizer, inputs, y[batch], client)
             steps += 1
@@ -118,8 +119,32 @@ def train_client(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_s
         raise nonfinite_loss(run_id, client, mean_loss, steps)
     state = {key: value.detach().clone() if copy_state else value.detach()
              for key, value in (slots if slots is not None else model.state_dict().items())}
-    return ClientUpdate(client.client_id, n, state, steps, mean_loss,
-                        algorithm.client_payload(model, client, steps))
+    payload = algorithm.end_local(model, client, steps)
+    client.scratch.clear()
+    return ClientUpdate(client.client_id, n, state, steps, mean_loss, payload)
+
+
+def _sequential_trainer(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
+                        x: torch.Tensor, y: torch.Tensor, run_id: str,
+                        augment: Augment | None) -> Callable[[ClientContext], ClientUpdate]:
+    """Trains one client after another on `model`: `train_client`, with each client's dropout drawn as its own."""
+    # fedskew's Dropout draws each client's masks from the client's own generator. A foreign dropout
+    # layer draws from the global generator: seed it per client so results do not depend on the order
+    # clients train in. A model without such layers draws nothing there, and skipping the call changes
+    # no number (it costs a stack-trace capture per client on a CUDA build of torch).
+    own_dropout, seed_per_client = bool(dropout_layers(model)), has_foreign_dropout(model)
+    slots = state_slots(model)
+
+    def train(client: ClientContext) -> ClientUpdate:
+        if seed_per_client:
+            torch.manual_seed(client.seed)
+        masks = masks_from(model, dropout_generator(client.seed, x.device)) if own_dropout \
+            else contextlib.nullcontext()
+        with masks:  # the fold reads the client's state once, right away: no copy of it is needed
+            return train_client(algorithm, model, global_state, x, y, client, run_id, augment,
+                                copy_state=False, slots=slots)
+
+    return train
 
 
 def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, global_state: dict,
@@ -129,56 +154,41 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
                     vectorised: bool = False) -> RoundResult:
     """Local training of every participant from the global model, then the method's aggregation.
 
-    A method whose aggregation streams (`begin_aggregate`: FedAvg's weighted average,
-    FedOpt, FedNova, FedDyn, FedEXP, SCAFFOLD, FL-FCR, MOON) has each client's update folded in as
-    soon as it is trained and its state and payload dropped, so a round holds one model copy
-    besides the global state, whatever the number of participants; each fold takes the same
-    sums in the same order as the method's `aggregate`, so the result is bit-identical.
-    (Every federated method has a fold; one without would receive every update at the end.)
+    Each client's update is folded into the method's `Fold` (`begin_aggregate`) as soon as it is
+    trained and its state and payload are dropped, so a round holds one model copy besides the
+    global state, whatever the number of participants.
     `after_local(client, model)` sees each client's model right after its local training
     (training.local_diagnostics); it must not change the model.
-    With `vectorised=True` every participant trains at once (fedskew.engine.vectorised; the
-    caller checked that the method and model allow it), then the updates are folded in the
-    same order.
+    With `vectorised=True` every participant trains at once (fedskew.engine.stacked; the caller
+    checked with fedskew.engine.vectorised that the method and model allow it), then the updates
+    are folded in the same order.
     """
-    stream = algorithm.begin_aggregate(global_state, [c.num_samples for c in clients])
-    # fedskew's Dropout draws each client's masks from the client's own generator. A foreign dropout
-    # layer draws from the global generator: seed it per client so results do not depend on the order
-    # clients train in. A model without such layers draws nothing there, and skipping the call changes
-    # no number (it costs a stack-trace capture per client on a CUDA build of torch).
-    own_dropout = not vectorised and bool(dropout_layers(model))  # (the vectorised path draws them itself)
-    seed_per_client = not vectorised and has_foreign_dropout(model)
+    fold = algorithm.begin_aggregate(RoundStart(global_state, [c.num_samples for c in clients],
+                                                trainable_parameters(model)))
     updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
     global_bytes = tensor_bytes(global_state)  # what each participant downloads
     if vectorised:
         trained = train_clients_vectorised(algorithm, model, global_state, clients, x, y,
                                            lambda client, loss, steps: nonfinite_loss(run_id, client, loss, steps))
     else:
-        trained, slots = None, state_slots(model)
+        train = _sequential_trainer(algorithm, model, global_state, x, y, run_id, augment)
     for position, client in enumerate(clients):
         traffic["down_weights"] += global_bytes
         traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
-        if trained is not None:
+        if vectorised:
             update, trained[position] = trained[position], None
             if after_local is not None:
                 model.load_state_dict(update.state)
         else:
-            if seed_per_client:
-                torch.manual_seed(client.seed)
-            masks = masks_from(model, dropout_generator(client.seed, x.device)) if own_dropout \
-                else contextlib.nullcontext()
-            with masks:  # a fold reads the client's state once, right away: no copy of it is needed
-                update = train_client(algorithm, model, global_state, x, y, client, run_id, augment,
-                                      copy_state=stream is None, slots=slots)
+            update = train(client)
         if after_local is not None:
             after_local(client, model)
         traffic["up_weights"] += tensor_bytes(update.state)
         traffic["up_payload"] += tensor_bytes(update.payload)
-        if stream is not None:
-            stream.fold(update)
-            update.state, update.payload = {}, {}  # folded: drop this client's copy now
+        fold.fold(update)
+        update.state, update.payload = {}, {}  # folded: drop this client's copy now
         updates.append(update)
-    new_state = stream.finish(updates) if stream is not None else algorithm.aggregate(global_state, updates)
+    new_state = fold.finish(updates)
     exchange = algorithm.begin_exchange(new_state)
     if exchange is not None:
         new_state = second_exchange(exchange, model, new_state, clients, x, y, traffic)

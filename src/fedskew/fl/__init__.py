@@ -3,6 +3,8 @@
 Every module of this package is imported and every FederatedAlgorithm subclass that
 sets its own `name` is registered, so adding a method is adding a file (plus its
 hyperparameters in workflow/schemas/params.schema.yaml, which a test keeps in sync).
+The other modules hold no method: the API (`base`), shared maths (`server_math`,
+`losses`), FL-FCR's parts (`flfcr_features`, `flfcr_retraining`) and traffic counting.
 """
 
 from fedskew.discovery import discover

@@ -1,24 +1,31 @@
-"""The hook interface every federated method implements.
+"""The federated method API: a method is a subclass of FedAvg that overrides only what differs.
 
-A method overrides only what differs from FedAvg:
+One round, as the engine (fedskew.engine.rounds) runs it; each hook has one job:
 
-- `adapt_model`       architecture changes a paper makes (MOON's projection head)
-- `local_loss`        the client objective (FedLC, FedRS, FedNTD, FedED, FL-FCR, ...)
-- `begin_local` / `after_backward` / `local_step`
-                      client-side state and optimiser changes (FedProx, SCAFFOLD,
-                      FedSAM, FedDyn, MOON, ...)
-- `client_payload`    extra tensors a client uploads (control variates, statistics)
-- `aggregate`         the server update (FedNova, FedOpt, FedEXP, FedDyn, ...)
-- `begin_exchange`    a second round trip after aggregation: every participant receives the
-                      new model and answers with what it computes on its data (CCVR's way of
-                      gathering FL-FCR's feature statistics)
-- `round_metrics`     numbers a method reports each round (logged with the history)
-- `state_dict` / `load_state_dict`
-                      state kept across rounds, saved in checkpoints
+- `local_start(global_state)`   the state every client starts from (FedEXP: its last iterate)
+- `download_payload(client)`    tensors sent with the model (SCAFFOLD's c), counted as traffic
+- `begin_local(model, global_state, client)`
+                                set up the client's scratch, `client.scratch` (FedProx's anchor, a teacher)
+- `local_step(...)`             one minibatch step (FedSAM's two passes); by default forward, then
+    `local_loss(...)`           the client objective (FedLC, FedRS, FedNTD, FedED, FL-FCR, MOON, ...),
+    `after_backward(...)`       gradient changes before the optimiser steps (FedProx, SCAFFOLD, FedDyn)
+- `end_local(model, client, num_steps)`
+                                what the client keeps (its store entry: SCAFFOLD's c_i, MOON's previous
+                                model) and what it uploads besides its model (statistics, Δc_i)
+- `begin_aggregate(start)`      the round's `Fold`: the server update, fed one client update at a time
+                                (FedNova, FedOpt, FedEXP, FedDyn, SCAFFOLD, FL-FCR); `aggregate` is derived
+- `begin_exchange(state)`       an optional second round trip after aggregation (FL-FCR's CCVR reading)
 
-Combinations named in the papers (e.g. FedLC+FedProx) are subclasses of both parents:
-each parent overrides different hooks, so the composition needs no new code.
-The engine (fedskew.engine) owns the loop and contains no per-method branches.
+Besides: `adapt_model` (architecture, once: MOON's projection head), `set_label_counts` (global class
+counts, once), `round_metrics`, `state_dict` / `load_state_dict` (what is kept across rounds: server state
+and per-client stores, saved in checkpoints), `evaluate_global`.
+
+The vectorised path (fedskew.engine.vectorised) trains every participant at once and runs the batched
+form of each client hook a method overrides: a method marked `@batched("<hook>")` next to the scalar one.
+
+Combinations named in the papers (e.g. FedLC+FedProx) are subclasses of both parents: each parent
+overrides different hooks, so the composition needs no new code. The engine contains no per-method branch.
+docs/methods.md ("Writing a method") is the one-page guide.
 """
 
 from __future__ import annotations
@@ -27,22 +34,31 @@ import abc
 import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, final
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.losses import LogitAdjustment, batched_cross_entropy
+from fedskew.families import Family
+from fedskew.fl.losses import LogitAdjustment
+from fedskew.fl.server_math import RunningAverage, StateDict
 from fedskew.numerics.adam import Adam
 from fedskew.numerics.sgd import SGD, LocalOptimizer
 
-StateDict = dict[str, torch.Tensor]
+__all__ = ["Algorithm", "ClientContext", "ClientUpdate", "Exchange", "FederatedAlgorithm", "Fold", "RoundResult",
+           "RoundStart", "StateDict", "TrainingSettings", "batched", "frozen_copy", "local_optimizer",
+           "trainable_parameters"]
 
 
 @dataclass
 class ClientContext:
-    """What a client knows in one round. `label_counts` covers its whole local set (n_c)."""
+    """What a client knows in one round. `label_counts` covers its whole local set (n_c).
+
+    `scratch` is the method's working state for this client's local training (an anchor, a teacher, a
+    correction): written by `begin_local`, read by the client hooks, gone with the context after the
+    round. A composition's parents share it, so each names its keys after its method.
+    """
 
     client_id: int
     round: int
@@ -50,6 +66,7 @@ class ClientContext:
     label_counts: torch.Tensor
     generator: torch.Generator
     seed: int = 0  # the (seed, round, client) seed the generator was made from; also seeds dropout
+    scratch: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def num_samples(self) -> int:
@@ -103,12 +120,90 @@ def local_optimizer(params: Iterable[torch.Tensor], settings: TrainingSettings) 
     return SGD(params, lr=settings.lr, momentum=settings.momentum, weight_decay=settings.weight_decay)
 
 
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def batched(hook: str) -> Callable[[Method], Method]:
+    """Mark the decorated method as the batched form of the client hook `hook`, for the vectorised path.
+
+    - "local_loss": `logit_adjustment(label_counts [C, K], dtype) -> LogitAdjustment`, when the loss is the
+      cross entropy of adjusted logits (its gradient then has a closed form); or `local_loss` itself, when it
+      reads only `client.label_counts` and uses ops `vmap` supports (the engine runs it per client).
+    - "after_backward": `(params, grads, start)`, lists following `model.parameters()` with a leading client
+      dimension (`start`: each client's parameters when its local training began); adjusts `grads` in place.
+
+    The engine (fedskew.engine.vectorised.batched_form) looks the form up through the method's MRO and takes
+    it only from the class that defines the scalar hook or a subclass of it: a class that overrides a scalar
+    hook marks a batched form again, or its clients train one after another.
+    """
+    def mark(method: Method) -> Method:
+        method.batched_form_of = hook  # type: ignore[attr-defined]
+        return method
+    return mark
+
+
+@dataclass(frozen=True)
+class RoundStart:
+    """What the server knows when a round's aggregation begins (`FederatedAlgorithm.begin_aggregate`)."""
+
+    global_state: StateDict
+    num_samples: list[int]         # the participants' sizes, in the order their updates will come
+    parameters: tuple[str, ...]    # state-dict keys of the model's trainable parameters; the rest are buffers
+
+
+class Fold:
+    """One round's aggregation, fed one client update at a time: FedAvg's average, weighted by sample counts.
+
+    A method's fold extends it: `fold` calls `super().fold(update)` (buffers keep FedAvg's average) and adds
+    its own sums; `finish` starts from `super().finish(updates)` and replaces what the method updates. The
+    engine drops each update's state and payload right after `fold`, so a round holds one model copy besides
+    the global state, whatever the number of participants.
+    """
+
+    def __init__(self, start: RoundStart) -> None:
+        self.start = start
+        self.total = sum(start.num_samples)
+        self.average = RunningAverage()
+
+    def fold(self, update: ClientUpdate) -> None:
+        """Take in one client's update."""
+        self.average.add(update.state, update.num_samples / self.total)
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        """The new global state; `updates` keep every field but their (dropped) states and payloads."""
+        return self.average.result()
+
+    def run(self, updates: list[ClientUpdate]) -> StateDict:
+        """Fold a whole round's updates in order and finish."""
+        for update in updates:
+            self.fold(update)
+        return self.finish(updates)
+
+
+class Exchange(abc.ABC):
+    """One round's second exchange (`FederatedAlgorithm.begin_exchange`)."""
+
+    @abc.abstractmethod
+    def client_message(self, model: nn.Module, client: ClientContext, x: torch.Tensor,
+                       y: torch.Tensor) -> dict[str, Any]:
+        """On the client: what it uploads, computed with `model` (holding the aggregated state, in eval
+        mode) on its local set `x`, `y`. It must not change the model."""
+
+    @abc.abstractmethod
+    def fold(self, client: ClientContext, message: dict[str, Any]) -> None:
+        """On the server: take in one client's message."""
+
+    @abc.abstractmethod
+    def finish(self) -> StateDict:
+        """The round's new global state."""
+
+
 class Algorithm:
     """What every method, federated or split-federated, shares: a name, hyperparameters with
     paper defaults, state kept across rounds, and how its model is evaluated."""
 
     name: ClassVar[str]
-    family: ClassVar[str]  # "federated" or "split": the engine runs the family's round
+    family: ClassVar[Family]  # the engine runs the family's round
     # Hyperparameters with the paper defaults; params.yaml may override each one.
     hyperparameters: ClassVar[dict[str, float | bool]] = {}
     # Where the paper stands on each hyperparameter the paper leaves open (shown by `fedskew methods`).
@@ -173,16 +268,16 @@ class FederatedAlgorithm(Algorithm):
     """FedAvg (McMahan et al., 2017); the base every other federated method refines."""
 
     name: ClassVar[str] = "fedavg"
-    family: ClassVar[str] = "federated"
-    # The client-side hooks this class defines that the vectorised path can run
-    # (fedskew.engine.vectorised, training.execution), checked against the class that defines
-    # each hook, so a subclass overriding a hook must declare it again:
-    #   "local_loss"      reads only `client.label_counts`, uses ops `vmap` supports, and averages
-    #                     over the batch with F.cross_entropy (padded rows have label -100, ignored);
-    #                     a `batched_local_loss` (or `batched_logit_adjustment`) in the same class is
-    #                     used instead of `vmap` (faster; the adjustment lets dense models skip autograd);
-    #   "after_backward"  has a `vectorised_after_backward` in the same class.
-    vectorised_hooks: ClassVar[tuple[str, ...]] = ()
+    family: ClassVar[Family] = Family.FEDERATED
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "aggregate" in vars(cls):  # one server hook: the aggregation is always its fold's
+            raise TypeError(f"{cls.__name__} overrides aggregate; override begin_aggregate (its Fold) instead")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._inference_models: dict[str, tuple[nn.Module, nn.Module]] = {}  # role -> (source model, copy)
 
     # ------------------------------------------------------------------- the model
     def adapt_model(self, model: nn.Module) -> nn.Module:
@@ -192,56 +287,37 @@ class FederatedAlgorithm(Algorithm):
         """
         return model
 
-    # ----------------------------------------------------------------- client side
-    def make_optimizer(self, model: nn.Module) -> LocalOptimizer:
-        return local_optimizer(model.parameters(), self.settings)
+    # ------------------------------------------------------------ server, before local training
+    def local_start(self, global_state: StateDict) -> StateDict:
+        """The state every client of the round starts its local training from: the global model."""
+        return global_state
 
+    def download_payload(self, client: ClientContext) -> dict[str, Any]:
+        """Tensors sent to a client besides the model (counted as traffic)."""
+        return {}
+
+    # ----------------------------------------------------------------- client side
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
-        """Called after the client loaded the global model, before its first step."""
+        """Set up `client.scratch` for the client hooks; `model` holds the client's start, `global_state` is
+        the round's global model. It must not change the model (`local_start` says where clients start)."""
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
-        """The client objective on one minibatch.
+        """The client objective on one minibatch, averaged over it.
 
         `features` are the body's output (the head's input); `x` is the batch input, for
         methods that run another model on it (a frozen global teacher, a previous model).
         """
         return F.cross_entropy(logits, y)
 
-    def batched_local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
-                           label_counts: torch.Tensor) -> torch.Tensor:
-        """`local_loss` of a stack of clients at once, row by row, for the vectorised path.
-
-        `logits` [C, B, K], `features` [C, B, F], labels `y` [C, B] with -100 on padded rows,
-        `label_counts` [C, K]. Returns each row's loss [C, B], 0 on padded rows; the engine
-        averages each client's real rows, as `local_loss`'s F.cross_entropy averages its batch.
-        Used only where the class defining it (or the `batched_logit_adjustment` it uses) also
-        defines (or inherits unchanged) `local_loss`; otherwise the vectorised path runs
-        `local_loss` per client under `vmap`. This one is the cross entropy of the logits as
-        `batched_logit_adjustment` adjusts them; a method whose loss has that form overrides
-        only the adjustment, and the vectorised path then needs no autograd
-        (fedskew.engine.closed_form).
-        """
-        adjustment = self.batched_logit_adjustment(label_counts, logits.dtype).to(logits.device)
-        return batched_cross_entropy(adjustment.apply(logits), y)
-
-    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
-        """Per client and class, how `batched_local_loss` adjusts the logits before its cross entropy.
-
-        `label_counts` [C, K]; tensors of `dtype` on its device. FedAvg: none (plain cross entropy).
-        """
+    @batched("local_loss")
+    def logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+        """Per client and class, how the loss adjusts the logits before its cross entropy: the batched form of a
+        `local_loss` of that form. `label_counts` [C, K]; tensors of `dtype` on its device. FedAvg: none."""
         return LogitAdjustment()
 
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
-        """Adjust gradients between backward and the optimiser step."""
-
-    def vectorised_after_backward(self, params: list[torch.Tensor], grads: list[torch.Tensor | None],
-                                  start: list[torch.Tensor]) -> None:
-        """`after_backward` for stacked clients (vectorised path): adjust `grads` in place.
-
-        Each list follows `model.parameters()`; every tensor has a leading client dimension.
-        `start` holds each client's parameters when its local training began.
-        """
+        """Adjust the gradients between backward and the optimiser step."""
 
     def local_step(self, model: nn.Module, optimizer: LocalOptimizer, x: torch.Tensor,
                    y: torch.Tensor, client: ClientContext) -> torch.Tensor:
@@ -254,30 +330,23 @@ class FederatedAlgorithm(Algorithm):
         optimizer.step()
         return loss.detach()
 
-    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
-        """Tensors uploaded besides the model state (counted as communication)."""
-        return {}
-
-    def download_payload(self, client: ClientContext) -> dict[str, Any]:
-        """Tensors sent to a client besides the global model (counted as communication)."""
+    def end_local(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        """After the client's `num_steps` local steps (`model` holds its trained state): update what the
+        client keeps across rounds, and return what it uploads besides its model (counted as traffic)."""
         return {}
 
     # ----------------------------------------------------------------- server side
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return weighted_average([u.state for u in updates], [u.num_samples for u in updates])
+    def begin_aggregate(self, start: RoundStart) -> Fold:
+        """The round's aggregation, fed one client update at a time: FedAvg's weighted average."""
+        return Fold(start)
 
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate | None:
-        """The round's aggregation fed one update at a time, or None to receive every update at once.
-
-        `num_samples` lists the participants' sizes in the order their updates will come.
-        FedAvg's weighted average streams; a method that overrides `aggregate` streams only
-        if it also overrides this hook (and then computes `aggregate` through it, so the two
-        paths are one). The engine drops each update's state as soon as it is folded, so a
-        round holds one model copy besides the global state, whatever the participants.
-        """
-        if type(self).aggregate is FederatedAlgorithm.aggregate:
-            return AverageFold(num_samples)
-        return None
+    @final
+    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate],
+                  parameters: Iterable[str]) -> StateDict:
+        """The round's new global state from all its updates at once: the fold of `begin_aggregate` fed them in
+        order, as the engine streams them (`parameters`: the state-dict keys of the trainable parameters)."""
+        start = RoundStart(global_state, [u.num_samples for u in updates], tuple(parameters))
+        return self.begin_aggregate(start).run(updates)
 
     def begin_exchange(self, state: StateDict) -> Exchange | None:
         """A second round trip after aggregation, or None (the default: one exchange a round).
@@ -288,93 +357,33 @@ class FederatedAlgorithm(Algorithm):
         """
         return None
 
+    # ------------------------------------------------------------------ helpers
+    def inference_model(self, role: str, model: nn.Module, state: StateDict) -> nn.Module:
+        """A frozen copy of `model` for `role` (a teacher, a previous model), loaded with `state`.
 
-class Exchange(abc.ABC):
-    """One round's second exchange (`FederatedAlgorithm.begin_exchange`)."""
-
-    @abc.abstractmethod
-    def client_message(self, model: nn.Module, client: ClientContext, x: torch.Tensor,
-                       y: torch.Tensor) -> dict[str, Any]:
-        """On the client: what it uploads, computed with `model` (holding the aggregated state, in eval
-        mode) on its local set `x`, `y`. It must not change the model."""
-
-    @abc.abstractmethod
-    def fold(self, client: ClientContext, message: dict[str, Any]) -> None:
-        """On the server: take in one client's message."""
-
-    @abc.abstractmethod
-    def finish(self) -> StateDict:
-        """The round's new global state."""
+        One module per role, built at first use (again for another model) and re-loaded at every call, as
+        the engine keeps one model object and re-loads it per client: put it in `client.scratch`, where the
+        client's hooks find it, and call this once per client.
+        """
+        source, module = self._inference_models.get(role, (None, None))
+        if source is not model:
+            module = frozen_copy(model)
+            self._inference_models[role] = (model, module)
+        module.load_state_dict(state)
+        return module
 
 
-class RoundAggregate(abc.ABC):
-    """One round's aggregation, folded one client update at a time."""
-
-    @abc.abstractmethod
-    def fold(self, update: ClientUpdate) -> None:
-        """Take in one client's update (its state and payload are dropped right after)."""
-
-    @abc.abstractmethod
-    def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        """The new global state; `updates` keep every field but their (dropped) states and payloads."""
-
-    @classmethod
-    def run(cls, aggregate: RoundAggregate, updates: list[ClientUpdate]) -> StateDict:
-        """Feed a whole round's updates (for `aggregate` computed through a stream)."""
-        for update in updates:
-            aggregate.fold(update)
-        return aggregate.finish(updates)
-
-
-class AverageFold(RoundAggregate):
-    """`weighted_average` by sample counts, streamed: same order, same weights, bit-identical."""
-
-    def __init__(self, num_samples: list[int]) -> None:
-        self.total = sum(num_samples)
-        self.average: StateDict = {}
-
-    def fold(self, update: ClientUpdate) -> None:
-        weight = update.num_samples / self.total
-        for key, value in update.state.items():
-            if key not in self.average:
-                self.average[key] = torch.zeros_like(value) if value.is_floating_point() else value.clone()
-            if value.is_floating_point():
-                self.average[key].add_(value, alpha=weight)
-            else:  # integer buffers (BatchNorm's num_batches_tracked) take the maximum
-                torch.maximum(self.average[key], value, out=self.average[key])
-
-    def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        return self.average
-
+def trainable_parameters(model: nn.Module) -> tuple[str, ...]:
+    """The state-dict keys of `model`'s trainable parameters (a tied weight under every name it has):
+    `RoundStart.parameters`."""
+    return tuple(name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad)
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
-    """A copy of `model` for inference only (a teacher, a previous model): eval mode, no gradients.
-
-    Methods keep one such module and re-load it per client, never one per client.
-    """
+    """A copy of `model` for inference only (a teacher, a previous model): eval mode, no gradients."""
     clone = copy.deepcopy(model)
     clone.eval()
     for param in clone.parameters():
         param.requires_grad_(False)
         param.grad = None
     return clone
-
-
-def weighted_average(states: list[StateDict], weights: list[float]) -> StateDict:
-    """Average parameters and floating buffers (BatchNorm statistics) by `weights`.
-
-    Integer buffers (BatchNorm's num_batches_tracked) cannot be averaged meaningfully;
-    they take the maximum over clients.
-    """
-    total = float(sum(weights))
-    out: StateDict = {}
-    for key, first in states[0].items():
-        if first.is_floating_point():
-            acc = torch.zeros_like(first)
-            for state, weight in zip(states, weights):
-                acc.add_(state[key], alpha=weight / total)
-            out[key] = acc
-        else:
-            out[key] = torch.stack([state[key] for state in states]).amax(dim=0)
-    return out

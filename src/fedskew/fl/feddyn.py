@@ -2,8 +2,10 @@
 
 Client i, starting from the server model θ_s, minimises
     L_i(θ) − ⟨g_i, θ⟩ + (α/2)‖θ − θ_s‖²
-implemented as gradient terms added in `after_backward`: ∇ = ∇L_i − g_i + α(θ − θ_s).
-After local training (θ_i): g_i ← g_i − α(θ_i − θ_s)   (the paper's ∇L_i(θ_i^t) state).
+implemented as gradient terms added in `after_backward`: ∇ = ∇L_i − g_i + α(θ − θ_s)
+(θ_s and g_i are the client's scratch for its local steps).
+After local training (θ_i, `end_local`): g_i ← g_i − α(θ_i − θ_s)   (the paper's ∇L_i(θ_i^t)
+state, kept in the per-client store; nothing extra is uploaded).
 Server, with m = all clients (not only the sampled ones):
     h   ← h − (α/m)·Σ_{i sampled}(θ_i − θ_s)
     θ_s ← (1/|P|)·Σ_{i sampled} θ_i − h/α
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
 
 
 class FedDyn(FederatedAlgorithm):
@@ -41,51 +43,46 @@ class FedDyn(FederatedAlgorithm):
     # ----------------------------------------------------------------- client side
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)
-        self._names = [name for name, p in model.named_parameters() if p.requires_grad]
-        params = dict(model.named_parameters())
-        self._anchor = {name: params[name].detach().clone() for name in self._names}
+        params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+        anchor = {name: p.detach().clone() for name, p in params.items()}  # θ_s
         stored = self._client_grads.get(client.client_id)
-        self._linear = (stored if stored is not None
-                        else {name: torch.zeros_like(self._anchor[name]) for name in self._names})
+        client.scratch["feddyn_anchor"] = anchor
+        client.scratch["feddyn_linear"] = (stored if stored is not None
+                                           else {name: torch.zeros_like(t) for name, t in anchor.items()})  # g_i
 
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
         super().after_backward(model, client)
-        alpha = self.hp["alpha"]
-        params = dict(model.named_parameters())
+        alpha, params = self.hp["alpha"], dict(model.named_parameters())
+        anchor, linear = client.scratch["feddyn_anchor"], client.scratch["feddyn_linear"]
         with torch.no_grad():
-            for name in self._names:
+            for name, theta_s in anchor.items():
                 param = params[name]
-                extra = (param - self._anchor[name]).mul_(alpha).sub_(self._linear[name])
+                extra = (param - theta_s).mul_(alpha).sub_(linear[name])
                 if param.grad is None:
                     param.grad = extra
                 else:
                     param.grad.add_(extra)
 
-    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
-        # The client's own state update at the end of local training (nothing extra is uploaded).
-        payload = super().client_payload(model, client, num_steps)
-        alpha = self.hp["alpha"]
-        params = dict(model.named_parameters())
+    def end_local(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        payload = super().end_local(model, client, num_steps)
+        alpha, params = self.hp["alpha"], dict(model.named_parameters())
+        anchor, linear = client.scratch["feddyn_anchor"], client.scratch["feddyn_linear"]
         with torch.no_grad():
             self._client_grads[client.client_id] = {
-                name: self._linear[name] - alpha * (params[name].detach() - self._anchor[name])
-                for name in self._names}
+                name: linear[name] - alpha * (params[name].detach() - theta_s) for name, theta_s in anchor.items()}
         return payload
 
     # ----------------------------------------------------------------- server side
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
-
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+    def begin_aggregate(self, start: RoundStart) -> Fold:
         # Buffers (and anything else not trained) as in FedAvg; parameters replaced in _server_step.
-        return _DynFold(self, global_state, num_samples)
+        return _DynFold(self, start)
 
-    def _server_step(self, global_state: StateDict, out: StateDict, mean: StateDict, drift: StateDict) -> StateDict:
+    def _server_step(self, start: RoundStart, out: StateDict, mean: StateDict, drift: StateDict) -> StateDict:
         alpha, m = self.hp["alpha"], self.num_clients
-        for name in self._names:
+        for name in start.parameters:
             h = self._h.get(name)
             if h is None:
-                h = torch.zeros_like(global_state[name])
+                h = torch.zeros_like(start.global_state[name])
             h = h - (alpha / m) * drift[name]
             self._h[name] = h
             out[name] = mean[name] - h / alpha
@@ -108,25 +105,22 @@ class FedDyn(FederatedAlgorithm):
                               for cid, grads in state.get("client_grads", {}).items()}
 
 
-class _DynFold(RoundAggregate):
+class _DynFold(Fold):
     """The participants' plain mean and their summed drift Σ_i (θ_i − θ) per parameter, one client
     at a time (buffers take FedAvg's average); FedDyn's server step then updates h."""
 
-    def __init__(self, method: FedDyn, global_state: StateDict, num_samples: list[int]) -> None:
-        self.method, self.global_state = method, global_state
-        self.average = AverageFold(num_samples)
-        self.k = len(num_samples)
-        self.mean: StateDict | None = None  # the parameter names are known once a client has trained
-        self.drift: StateDict = {}
+    def __init__(self, method: FedDyn, start: RoundStart) -> None:
+        super().__init__(start)
+        self.method = method
+        self.k = len(start.num_samples)
+        self.mean = {name: torch.zeros_like(start.global_state[name]) for name in start.parameters}
+        self.drift = {name: torch.zeros_like(start.global_state[name]) for name in start.parameters}
 
     def fold(self, update: ClientUpdate) -> None:
-        self.average.fold(update)
-        if self.mean is None:
-            self.mean = {name: torch.zeros_like(self.global_state[name]) for name in self.method._names}
-            self.drift = {name: torch.zeros_like(self.global_state[name]) for name in self.method._names}
+        super().fold(update)
         for name in self.mean:
             self.mean[name].add_(update.state[name], alpha=1.0 / self.k)
-            self.drift[name].add_(update.state[name] - self.global_state[name])
+            self.drift[name].add_(update.state[name] - self.start.global_state[name])
 
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        return self.method._server_step(self.global_state, self.average.finish(updates), self.mean, self.drift)
+        return self.method._server_step(self.start, super().finish(updates), self.mean, self.drift)

@@ -10,8 +10,8 @@ Client objective, Eq. 6: L = L_cal + λ·L_dis + L_logit, on every minibatch (Al
 - L_dis (Eq. 3): empty-class distillation. 𝕆 = the client's empty classes (n_c = 0);
   q and q^g are the local and global softmax restricted to 𝕆; the loss is the batch mean
   of KL(q^g ‖ q) = Σ_{o∈𝕆} q^g(o) log(q^g(o)/q(o)). The teacher is the round's global
-  model: one frozen module kept on the algorithm and loaded with the global state in
-  `begin_local` (no per-client copies).
+  model: one frozen module (`inference_model`) loaded with the global state in
+  `begin_local` and put in the client's scratch (no per-client copies).
 - L_logit (Eq. 4–5): logit suppression. For each observed class c (c ∉ 𝕆),
   L^c = log E_{(x,y)∈batch}[1(y≠c)·e^{z_c(x)}], and L_logit = Σ_{c∉𝕆} p(c)·L^c.
 
@@ -80,7 +80,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict, frozen_copy
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict
 from fedskew.fl.losses import MissingClassTreatment, logit_adjusted_cross_entropy
 
 
@@ -147,54 +147,43 @@ class EmptyClassAwareObjective(MissingClassTreatment, FederatedAlgorithm):
         if self.suppress and self.hp["logit_form"] not in LOGIT_FORMS:
             raise ValueError(f"{self.name}: logit_form must be one of {sorted(LOGIT_FORMS)}, "
                              f"got {self.hp['logit_form']!r}")
-        self._teacher: nn.Module | None = None
-        self._teacher_of: nn.Module | None = None
-        self._client_key: tuple[int, int] | None = None
-        self._empty: torch.Tensor | None = None
-        self._counts: torch.Tensor | None = None
-        self._num_empty = 0
 
     # ----------------------------------------------------------------- client side
-    def _client_info(self, client: ClientContext) -> None:
-        """The client's empty classes and label counts, computed once per local phase (not per step)."""
-        key = (client.client_id, client.round)
-        if key != self._client_key or self._empty is None:
-            counts = client.label_counts
-            self._empty = counts == 0
-            self._num_empty = int(self._empty.sum())
-            self._counts = counts
-            self._client_key = key
+    @staticmethod
+    def _client_classes(client: ClientContext) -> tuple[torch.Tensor, int]:
+        """The client's empty classes (a mask) and their number, computed once per local phase (its scratch)."""
+        if "feded_empty" not in client.scratch:
+            empty = client.label_counts == 0
+            client.scratch["feded_empty"] = (empty, int(empty.sum()))
+        return client.scratch["feded_empty"]
 
-    def _prior(self, logits: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _prior(logits: torch.Tensor, client: ClientContext) -> torch.Tensor:
         """p(c) = n_c / n in the logits' dtype (a float32 prior would round float64 training)."""
-        counts = self._counts.to(device=logits.device, dtype=logits.dtype)
+        counts = client.label_counts.to(device=logits.device, dtype=logits.dtype)
         return counts / counts.sum().clamp_min(1)
 
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)
-        self._client_key = None
-        self._client_info(client)
-        if self.distill and self._num_empty >= 2:
-            if self._teacher is None or self._teacher_of is not model:
-                self._teacher = frozen_copy(model)
-                self._teacher_of = model
-            self._teacher.load_state_dict(global_state)
-            self._teacher.eval()
+        _, num_empty = self._client_classes(client)
+        if self.distill and num_empty >= 2:
+            client.scratch["feded_teacher"] = self.inference_model("teacher", model, global_state)
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
-        self._client_info(client)
+        empty, num_empty = self._client_classes(client)
         loss = logit_adjusted_cross_entropy(logits, y, self.counts_for(client.label_counts))
-        if self.distill and self._num_empty >= 2:
-            if x is None or self._teacher is None:
+        if self.distill and num_empty >= 2:
+            teacher = client.scratch.get("feded_teacher")
+            if x is None or teacher is None:
                 raise ValueError(f"{self.name}: empty-class distillation needs the batch input x and a teacher "
                                  "loaded by begin_local")
             with torch.no_grad():
-                teacher_logits = self._teacher(x)
-            loss = loss + self.hp["lam"] * empty_class_distillation(logits, teacher_logits, self._empty)
+                teacher_logits = teacher(x)
+            loss = loss + self.hp["lam"] * empty_class_distillation(logits, teacher_logits, empty)
         if self.suppress:
             suppression = LOGIT_FORMS[self.hp["logit_form"]]
-            loss = loss + self.hp["logit_weight"] * suppression(logits, y, self._prior(logits))
+            loss = loss + self.hp["logit_weight"] * suppression(logits, y, self._prior(logits, client))
         return loss
 
 

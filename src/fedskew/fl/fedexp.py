@@ -21,21 +21,19 @@ negative).
 
 The average of the last two iterates. FedEXP's iterates oscillate, and the paper (and
 its code) evaluates x̄_t = (x_t + x_{t−1})/2 while training continues from x_t; the
-first aggregated model is evaluated as is. This fits the hooks without engine
-changes: with `average_last_two` (default on, as in the paper) `aggregate` returns x̄_t
-(what the engine evaluates, checkpoints and reports) and keeps x_t in the algorithm's
-state; `begin_local` then loads x_t into the client's model, so clients train from
-x_t. Buffers of x̄_t are those of x_t. The engine counts the model download at the
-size of the global state, which is also the size of x_t. A combined method must let
-this class's `begin_local` run for every client (if a parent's begin_local does not
-call super(), `aggregate` raises rather than silently averaging the wrong models).
-Turn it off (`average_last_two: false`) to evaluate the last iterate itself.
+first aggregated model is evaluated as is. With `average_last_two` (default on, as in
+the paper) the fold returns x̄_t (what the engine evaluates, checkpoints and reports) and
+keeps x_t in the algorithm's state, and `local_start` gives x_t as every client's
+starting point, so clients train from x_t (the round's global model the client hooks
+see, a composed method's teacher for one, stays x̄_t). Buffers of x̄_t are those of x_t.
+The engine counts the model download at the size of the global state, which is also the
+size of x_t. Turn it off (`average_last_two: false`) to evaluate the last iterate itself.
 
 Not implemented (from the authors' code, not the paper's algorithm): their per-round
 decay of the client learning rate and of ε (×0.998 and ×0.998²), and gradient
-clipping; the engine has no schedules. The latest η_g is kept as `last_server_lr` for
-logging (the engine does not log method metrics yet); it does not affect training and
-is not checkpointed.
+clipping; the engine has no schedules. The latest η_g is kept as `last_server_lr` and
+logged as `method_server_lr` (`round_metrics`); it does not affect training and is not
+checkpointed.
 """
 
 from __future__ import annotations
@@ -44,34 +42,29 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
-from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, RoundAggregate, StateDict
-from fedskew.fl.fedopt import ParameterAwareAlgorithm
+from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
 
 
-class _ExtrapolationFold(RoundAggregate):
+class _ExtrapolationFold(Fold):
     """What FedExP's server step needs, one client at a time, with Δ_i = y_i − x and p_i = n_i / Σ n_j:
 
     the FedAvg average (buffers keep it), m = Σ p_i Δ_i (float, the step's direction), Σ p_i‖Δ_i‖²
     and ‖Σ p_i Δ_i‖² (in float64, as the authors' code), then
-    η_g = max(1, ½·Σ p_i‖Δ_i‖² / (‖Σ p_i Δ_i‖² + S·ε)) for S clients.
+    η_g = max(1, ½·Σ p_i‖Δ_i‖² / (‖Σ p_i Δ_i‖² + S·ε)) for S clients; `step(fold, average, updates)`
+    makes the new global state.
     """
 
-    def __init__(self, x: StateDict, num_samples: list[int], keys: Callable[[], tuple[str, ...]],
-                 step: Callable[[_ExtrapolationFold, list[ClientUpdate]], StateDict]) -> None:
-        self.x, self.keys, self.step = x, keys, step
-        self.average = AverageFold(num_samples)
-        self.total = float(sum(num_samples))
+    def __init__(self, start: RoundStart, x: StateDict,
+                 step: Callable[[_ExtrapolationFold, StateDict, list[ClientUpdate]], StateDict]) -> None:
+        super().__init__(start)
+        self.x, self.step = x, step  # x: where the clients started
         self.spread = 0
-        self.mean: StateDict | None = None  # the parameter names are known once a client has trained
-        self.mean64: dict[str, Any] = {}
+        self.mean = {key: torch.zeros_like(x[key]) for key in start.parameters}
+        self.mean64: dict[str, Any] = {key: 0 for key in self.mean}  # summed like Python's sum(): from 0
 
     def fold(self, update: ClientUpdate) -> None:
-        self.average.fold(update)
-        if self.mean is None:
-            self.mean = {key: torch.zeros_like(self.x[key]) for key in self.keys()}
-            self.mean64 = {key: 0 for key in self.mean}  # summed like Python's sum(): from 0
+        super().fold(update)
         p = update.num_samples / self.total
         delta = {key: update.state[key] - self.x[key] for key in self.mean}
         self.spread += p * sum(float(t.double().square().sum()) for t in delta.values())
@@ -80,7 +73,7 @@ class _ExtrapolationFold(RoundAggregate):
             self.mean64[key] = self.mean64[key] + p * d.double()
 
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        return self.step(self, updates)
+        return self.step(self, super().finish(updates), updates)
 
     def step_size(self, clients: int, epsilon: float) -> float:
         mean_sq = 0.0
@@ -92,7 +85,7 @@ class _ExtrapolationFold(RoundAggregate):
         return max(1.0, 0.5 * self.spread / denominator)
 
 
-class FedExp(ParameterAwareAlgorithm):
+class FedExp(FederatedAlgorithm):
     name = "fedexp"
     # ε = 1e-3: the authors' value for CIFAR-10/100 and CINIC-10 (METHODS.md: 1e-3).
     hyperparameters = {"epsilon": 1e-3, "average_last_two": True}
@@ -102,39 +95,23 @@ class FedExp(ParameterAwareAlgorithm):
         if not self.hp["epsilon"] >= 0:
             raise ValueError(f"{self.name}: epsilon must be >= 0, got {self.hp['epsilon']}")
         self._iterate: StateDict | None = None  # x_t when the engine holds x̄_t; None before round 1
-        self._clients_started = 0
         self.last_server_lr: float | None = None
 
     @property
     def _averaging(self) -> bool:
         return bool(self.hp["average_last_two"])
 
-    # ----------------------------------------------------------------- client side
-    def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
-        if self._averaging and self._iterate is not None:
-            model.load_state_dict(self._iterate)  # train from x_t, not from the evaluated x̄_t
-            global_state = self._iterate
-        self._clients_started += 1
-        super().begin_local(model, global_state, client)
+    def local_start(self, global_state: StateDict) -> StateDict:
+        """x_t, not the evaluated x̄_t."""
+        return self._iterate if self._averaging and self._iterate is not None else global_state
 
-    # ----------------------------------------------------------------- server side
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
-
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
+    def begin_aggregate(self, start: RoundStart) -> Fold:
         previous = self._iterate if self._averaging else None
-        x = previous if previous is not None else global_state  # where the clients started from
-        return _ExtrapolationFold(x, num_samples, self.parameter_keys,
-                                  lambda fold, updates: self._server_step(fold, previous, updates))
+        return _ExtrapolationFold(start, self.local_start(start.global_state),
+                                  lambda fold, average, updates: self._server_step(fold, average, previous, updates))
 
-    def _server_step(self, fold: _ExtrapolationFold, previous: StateDict | None,
+    def _server_step(self, fold: _ExtrapolationFold, out: StateDict, previous: StateDict | None,
                      updates: list[ClientUpdate]) -> StateDict:
-        started, self._clients_started = self._clients_started, 0
-        if previous is not None and started != len(updates):
-            raise RuntimeError(f"{self.name}: {len(updates)} client updates but FedExp.begin_local ran for "
-                               f"{started} clients, so clients may not have started from the last iterate; "
-                               "a parent class's begin_local must call super()")
-        out = fold.average.finish(updates)
         eta = fold.step_size(len(updates), self.hp["epsilon"])
         self.last_server_lr = eta
         for key, mean in fold.mean.items():

@@ -8,7 +8,7 @@ mask, a client holding a single class has a loss of exactly 0 and never learns.
 
 import torch
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, batched
 from fedskew.fl.losses import (
     LogitAdjustment,
     MissingClassTreatment,
@@ -21,12 +21,12 @@ class FedLC(MissingClassTreatment, FederatedAlgorithm):
     name = "fedlc"
     # The paper gives no τ; public implementations use 0.1, 0.5 or 1.0. Recorded with every table.
     hyperparameters = {"tau": 1.0}
-    vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_calibrated_cross_entropy(logits, y, self.counts_for(client.label_counts), self.hp["tau"])
 
-    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+    @batched("local_loss")
+    def logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
         counts = self.counts_for(label_counts).expand_as(label_counts).to(dtype)  # [C, K]
         return LogitAdjustment(shift=-calibration_margins(counts, self.hp["tau"]), masked=counts == 0)

@@ -13,7 +13,7 @@ objective alone "FedLC" (the logit-adjusted form, not FedLC's τ·n^(-1/4) margi
 
 import torch
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, batched
 from fedskew.fl.losses import (
     LogitAdjustment,
     MissingClassTreatment,
@@ -24,7 +24,6 @@ from fedskew.fl.losses import (
 
 class FedLogit(MissingClassTreatment, FederatedAlgorithm):
     name = "fedlogit"
-    vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
     # Eq. 15 has no hyperparameter of its own (Menon et al.'s τ is fixed to 1 in SCALA);
     # `missing_classes` (from the mixin) says how p_k(c) = 0 is treated, mask by default.
 
@@ -32,6 +31,7 @@ class FedLogit(MissingClassTreatment, FederatedAlgorithm):
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
         return logit_adjusted_cross_entropy(logits, y, self.counts_for(client.label_counts))
 
-    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+    @batched("local_loss")
+    def logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
         counts = self.counts_for(label_counts).expand_as(label_counts).to(dtype)  # [C, K]
         return LogitAdjustment(shift=log_prior(counts), masked=counts == 0)

@@ -11,9 +11,9 @@ where z̃ and z̃_g are the local and global logits with the true-class column r
 over the batch (KLDivLoss 'batchmean', as in the official code). τ = 1, β = 1 are the
 official configuration's values.
 
-The teacher is ONE frozen module kept on the algorithm, re-loaded with the round's
-global state at the start of every client (eval mode, no gradients); nothing persists
-across rounds, so the method keeps no checkpoint state.
+The teacher is ONE frozen module (`inference_model`), re-loaded with the round's global
+state at the start of every client (eval mode, no gradients) and put in the client's
+scratch; nothing persists across rounds, so the method keeps no checkpoint state.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict, frozen_copy
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict
 
 
 def drop_true_class(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -48,20 +48,17 @@ class FedNTD(FederatedAlgorithm):
     # The official config (Lee et al.'s repository): τ = 1, β = 1.
     hyperparameters = {"tau": 1.0, "beta": 1.0}
 
-    _teacher: nn.Module | None = None
-
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)
-        if self._teacher is None:  # built once, re-loaded per client: one module, not one per client
-            self._teacher = frozen_copy(model)
-        self._teacher.load_state_dict(global_state)
+        client.scratch["ntd_teacher"] = self.inference_model("teacher", model, global_state)
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
-        if x is None or self._teacher is None:
+        teacher = client.scratch.get("ntd_teacher")
+        if x is None or teacher is None:
             raise RuntimeError("fedntd: local_loss needs the batch input x and begin_local before it "
                                "(the global teacher runs on x)")
         with torch.no_grad():
-            teacher_logits = self._teacher(x)
+            teacher_logits = teacher(x)
         loss = F.cross_entropy(logits, y)
         return loss + self.hp["beta"] * not_true_distillation(logits, teacher_logits, y, self.hp["tau"])

@@ -1,7 +1,8 @@
 """FedOpt (Reddi et al., ICLR 2021, "Adaptive Federated Optimization"): FedAdam, FedYogi, FedAdagrad.
 
 Clients run plain local SGD as in FedAvg; the server treats the averaged model change
-as a pseudo-gradient and applies an adaptive optimiser to it (Reddi et al., Algorithm 2):
+as a pseudo-gradient and applies an adaptive optimiser to it (Reddi et al., Algorithm 2;
+fedskew.fl.server_math.adaptive_server_step and the three second-moment rules):
 
     Δ   = Σ_i p_i (y_i − x),  p_i = n_i / Σ_j n_j over the round's clients
     m   ← β1·m + (1 − β1)·Δ
@@ -29,83 +30,19 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
-from fedskew.fl.base import (
-    AverageFold,
-    ClientContext,
-    ClientUpdate,
-    FederatedAlgorithm,
-    RoundAggregate,
-    StateDict,
+from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.server_math import (
+    adagrad_second_moment,
+    adam_second_moment,
+    adaptive_server_step,
+    yogi_second_moment,
 )
-from fedskew.numerics import exact_math
 
 
-class ParameterAwareAlgorithm(FederatedAlgorithm):
-    """Base for server-side methods that treat parameters and buffers differently.
-
-    `aggregate` only sees state dicts, which mix parameters with buffers. The names of
-    the model's floating-point parameters are taken from the model in `adapt_model`
-    (called once by the engine, also on resume) and again in `begin_local` (for callers
-    that skip adapt_model). Not registered: it sets no `name` of its own.
-    """
-
-    _parameter_keys: tuple[str, ...] | None = None
-
-    def adapt_model(self, model: nn.Module) -> nn.Module:
-        model = super().adapt_model(model)
-        self._remember_parameters(model)
-        return model
-
-    def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
-        super().begin_local(model, global_state, client)
-        self._remember_parameters(model)
-
-    def _remember_parameters(self, model: nn.Module) -> None:
-        # remove_duplicate=False: a tied weight appears under every name the state dict uses.
-        self._parameter_keys = tuple(name for name, p in model.named_parameters(remove_duplicate=False)
-                                     if p.is_floating_point())
-
-    def parameter_keys(self) -> tuple[str, ...]:
-        if self._parameter_keys is None:
-            raise RuntimeError(f"{self.name}: the model's parameter names are unknown; "
-                               "adapt_model (or begin_local) must see the model before aggregate")
-        return self._parameter_keys
-
-
-def sample_weights(updates: list[ClientUpdate]) -> list[float]:
-    """p_i = n_i / Σ_j n_j over the round's clients."""
-    total = float(sum(u.num_samples for u in updates))
-    return [u.num_samples / total for u in updates]
-
-
-class PseudoGradientFold(RoundAggregate):
-    """FedAvg's average (buffers keep it) and the pseudo-gradient Δ = Σ_i p_i (y_i − x) over the
-    parameters, p_i = n_i / Σ_j n_j, summed one client at a time in the round's order;
-    `step(average, Δ)` makes the new global state."""
-
-    def __init__(self, global_state: StateDict, num_samples: list[int], keys: Callable[[], tuple[str, ...]],
-                 step: Callable[[StateDict, StateDict], StateDict]) -> None:
-        self.global_state, self.keys, self.step = global_state, keys, step
-        self.average = AverageFold(num_samples)
-        self.total = float(sum(num_samples))
-        self.delta: StateDict | None = None  # the parameter names are known once a client has trained
-
-    def fold(self, update: ClientUpdate) -> None:
-        self.average.fold(update)
-        if self.delta is None:
-            self.delta = {key: torch.zeros_like(self.global_state[key]) for key in self.keys()}
-        p = update.num_samples / self.total
-        for key, acc in self.delta.items():
-            acc.add_(update.state[key] - self.global_state[key], alpha=p)
-
-    def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        return self.step(self.average.finish(updates), self.delta)
-
-
-class _ServerOptimizer(ParameterAwareAlgorithm):
-    """Shared FedOpt server step; subclasses define the second-moment update `_update_v`."""
+class _ServerOptimizer(FederatedAlgorithm):
+    """FedOpt's server step, shared by its three methods (not one itself: it has no `name`); each defines
+    the second-moment rule `second_moment`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -119,29 +56,16 @@ class _ServerOptimizer(ParameterAwareAlgorithm):
         self._m: StateDict = {}  # empty until the first aggregation
         self._v: StateDict = {}
 
-    def _update_v(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
-        """The second-moment rule: the one line that tells Adam, Yogi and Adagrad apart (each defines it)."""
+    def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} must define its second-moment update")
 
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
+    def begin_aggregate(self, start: RoundStart) -> Fold:
+        return _PseudoGradientFold(start, self._server_step)
 
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
-        # Buffers as in FedAvg; parameters replaced by the server optimiser's step.
-        return PseudoGradientFold(global_state, num_samples, self.parameter_keys,
-                                  lambda average, delta: self._server_step(global_state, average, delta))
-
-    def _server_step(self, global_state: StateDict, out: StateDict, delta: StateDict) -> StateDict:
-        lr, beta1, tau = self.hp["server_lr"], self.hp["beta1"], self.hp["tau"]
-        for key in self.parameter_keys():
-            d = delta[key]
-            m = self._m[key] if key in self._m else torch.zeros_like(d)
-            v = self._v[key] if key in self._v else torch.full_like(d, tau * tau)  # v_{-1} = τ² (docstring)
-            # New tensors each round (no in-place updates): a returned state_dict stays a snapshot.
-            m = beta1 * m + (1 - beta1) * d
-            v = self._update_v(v, d * d)
-            self._m[key], self._v[key] = m, v
-            out[key] = global_state[key] + lr * m / (exact_math.sqrt(v) + tau)
+    def _server_step(self, start: RoundStart, out: StateDict, delta: StateDict) -> StateDict:
+        """Buffers keep FedAvg's average (`out`); parameters take the server optimiser's step."""
+        out.update(adaptive_server_step(start.global_state, delta, self._m, self._v, self.hp["server_lr"],
+                                        self.hp["beta1"], self.hp["tau"], self.second_moment))
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -153,6 +77,25 @@ class _ServerOptimizer(ParameterAwareAlgorithm):
             raise ValueError(f"{self.name}: unexpected checkpoint state {sorted(unknown)}")
         self._m = dict(state.get("m", {}))
         self._v = dict(state.get("v", {}))
+
+
+class _PseudoGradientFold(Fold):
+    """FedAvg's average and the pseudo-gradient Δ = Σ_i p_i (y_i − x) over the parameters, p_i = n_i / Σ_j n_j,
+    summed one client at a time in the round's order; `step(start, average, Δ)` makes the new global state."""
+
+    def __init__(self, start: RoundStart, step: Callable[[RoundStart, StateDict, StateDict], StateDict]) -> None:
+        super().__init__(start)
+        self.step = step
+        self.delta = {key: torch.zeros_like(start.global_state[key]) for key in start.parameters}
+
+    def fold(self, update: ClientUpdate) -> None:
+        super().fold(update)
+        p = update.num_samples / self.total
+        for key, acc in self.delta.items():
+            acc.add_(update.state[key] - self.start.global_state[key], alpha=p)
+
+    def finish(self, updates: list[ClientUpdate]) -> StateDict:
+        return self.step(self.start, super().finish(updates), self.delta)
 
 
 # Defaults. β1 = 0.9, β2 = 0.99, τ = 1e-3 as in Reddi's experiments (METHODS.md). The server
@@ -170,9 +113,8 @@ class FedAdam(_ServerOptimizer):
     name = "fedadam"
     hyperparameters = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
 
-    def _update_v(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
-        beta2 = self.hp["beta2"]
-        return beta2 * v + (1 - beta2) * delta_sq
+    def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
+        return adam_second_moment(v, delta_sq, self.hp["beta2"])
 
 
 class FedYogi(_ServerOptimizer):
@@ -181,8 +123,8 @@ class FedYogi(_ServerOptimizer):
     name = "fedyogi"
     hyperparameters = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
 
-    def _update_v(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
-        return v - (1 - self.hp["beta2"]) * delta_sq * torch.sign(v - delta_sq)
+    def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
+        return yogi_second_moment(v, delta_sq, self.hp["beta2"])
 
 
 class FedAdagrad(_ServerOptimizer):
@@ -195,5 +137,5 @@ class FedAdagrad(_ServerOptimizer):
     name = "fedadagrad"
     hyperparameters = {"server_lr": 0.1, "beta1": 0.9, "tau": 1e-3}
 
-    def _update_v(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
-        return v + delta_sq
+    def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
+        return adagrad_second_moment(v, delta_sq)

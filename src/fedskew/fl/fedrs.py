@@ -24,7 +24,7 @@ and the FedDecorr authors' FedRS port also scales the full output of a biased he
 import torch
 import torch.nn.functional as F
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, batched
 from fedskew.fl.losses import LogitAdjustment
 
 
@@ -34,7 +34,6 @@ class FedRS(FederatedAlgorithm):
     name = "fedrs"
     # α ∈ {0.9, 0.5} in the paper; 0.5 is the official code's and FedDecorr's port default.
     hyperparameters = {"alpha": 0.5}
-    vectorised_hooks = ("local_loss",)  # reads only label_counts (fedskew.engine.vectorised)
 
     def class_scales(self, label_counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """s_c per class: [K] for one client's counts [K], [C, K] for a stack of clients' [C, K]."""
@@ -47,7 +46,8 @@ class FedRS(FederatedAlgorithm):
         scales = self.class_scales(client.label_counts, logits.dtype).to(logits.device)
         return F.cross_entropy(logits * scales, y)
 
-    def batched_logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
+    @batched("local_loss")
+    def logit_adjustment(self, label_counts: torch.Tensor, dtype: torch.dtype) -> LogitAdjustment:
         return LogitAdjustment(scale=self.class_scales(label_counts, dtype))
 
 

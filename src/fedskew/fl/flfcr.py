@@ -7,16 +7,15 @@ Client side (Algorithm 1, lines 10–25):
 - after training, per-class statistics of the local model's features v = body(x) over the
   whole local set: mean μ_{c,k} (Eq. 3) for every class with N_{c,k} ≥ 1 and the unbiased
   covariance cov_{c,k} (Eq. 4, divisor N_{c,k} − 1) for N_{c,k} ≥ 2. They are uploaded with
-  the counts N_{c,k} as `client_payload` (counted as communication; covariances as their
-  upper triangles, which is all a symmetric matrix carries).
+  the counts N_{c,k} at the end of local training (`end_local`, counted as communication;
+  covariances as their upper triangles, fedskew.fl.flfcr_features).
 
 Server side (lines 26–36): FedAvg, then for every class the pooled mean and covariance of
 Eq. 5–6 (a client with N_{c,k} = 1 contributes its mean and no covariance: "we exclude
 sample covariance estimates of clients with N_{c,k} < 2", the weight (N_{c,k} − 1) of its
 covariance being 0 anyway), `samples_per_class` features drawn from N(μ_c, cov_c), and the
-classifier head of the aggregated model retrained on them with cross entropy. Eq. 5–6 are
-exactly the mean and the unbiased covariance of the pooled raw features, which is why the
-per-client covariance must be the unbiased one of Eq. 4.
+classifier head of the aggregated model retrained on them with cross entropy
+(fedskew.fl.flfcr_retraining).
 
 Choices where the paper is silent or ambiguous (recorded with every result):
 
@@ -46,6 +45,7 @@ Choices where the paper is silent or ambiguous (recorded with every result):
   logits of classes without samples this round (with partial participation a class may be
   missing), so the head is calibrated among the classes the server has statistics for and
   the rows of the others are left as aggregated. With every class present it is plain CE.
+  Sampling is exact for singular covariances (fedskew.fl.flfcr_retraining).
 - Features are those of each client's *local* model after training (Algorithm 1, lines
   17–25), pooled, then used to retrain the head of the aggregated model, as the paper does
   (`features_from: local`). CCVR instead computes them with the *aggregated* model after
@@ -54,19 +54,16 @@ Choices where the paper is silent or ambiguous (recorded with every result):
   it (`FederatedAlgorithm.begin_exchange`; both directions counted as traffic), and the head
   is retrained on features of the very body it will sit on. paper silent on which reading
   the head's mismatch calls for; the paper's Algorithm 1 is the default.
-- Sampling: cov_c = V Λ Vᵀ (eigh, float64), negative rounding eigenvalues clipped to 0,
-  v = μ_c + V Λ^½ ε, ε ~ N(0, I): exact for singular covariances (N_c ≤ d, dead ReLUs).
 - Randomness: each client draws one integer from its own round generator (seeded by run
   seed, round and client) after training and sends it with its payload; the server seeds a
   torch.Generator with their sum mod 2^63. The draw is order-free, differs between rounds
-  and run seeds, and makes `aggregate` a pure function of its inputs (bit-identical resume).
+  and run seeds, and makes the aggregation a pure function of its inputs (bit-identical resume).
 - Streaming: the server side folds each participant's update in as soon as it has trained
   (`begin_aggregate`): its model into FedAvg's running weighted average, its statistics into
   the running Eq. 5–6 pool (`ClassStatisticsPool`), its counts and seed into the round's
   totals; the engine then drops the update, so a round holds one model and one client's
-  statistics at a time besides the running sums, however many clients take part. The folds
-  take the same sums in the same order as the one-shot computation did (bit-identical);
-  sampling and head retraining happen once, in `finish`. `aggregate` goes through the same fold.
+  statistics at a time besides the running sums, however many clients take part. Sampling
+  and head retraining happen once, in the fold's `finish`.
 - The paper's "L2 regularisation on the weight vectors of the last layer and the last
   hidden activation" (after AM-Softmax) is not specified further (no coefficient, Eq. 13
   uses raw logits); it is not added: training.weight_decay is the regulariser.
@@ -74,156 +71,17 @@ Choices where the paper is silent or ambiguous (recorded with every result):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import (
-    AverageFold,
-    ClientContext,
-    ClientUpdate,
-    Exchange,
-    FederatedAlgorithm,
-    RoundAggregate,
-    StateDict,
-)
+from fedskew.fl.base import ClientContext, ClientUpdate, Exchange, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.flfcr_features import ClassStatisticsPool, body_features, feature_statistics_message
+from fedskew.fl.flfcr_retraining import retrain_head, virtual_features
 from fedskew.fl.losses import true_class_margin_cross_entropy
-from fedskew.numerics import exact_math
-from fedskew.numerics.sgd import SGD
 
 HEAD_WEIGHT, HEAD_BIAS = "head.weight", "head.bias"
-
-
-def symmetric_pack(matrices: torch.Tensor) -> torch.Tensor:
-    """[..., d, d] symmetric -> [..., d(d+1)/2]: the upper triangle, row by row."""
-    rows, cols = torch.triu_indices(matrices.shape[-1], matrices.shape[-1], device=matrices.device)
-    return matrices[..., rows, cols]
-
-
-def symmetric_unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
-    """Inverse of `symmetric_pack`: [..., d(d+1)/2] -> [..., d, d]."""
-    rows, cols = torch.triu_indices(dim, dim, device=packed.device)
-    out = packed.new_zeros(*packed.shape[:-1], dim, dim)
-    out[..., rows, cols] = packed
-    out[..., cols, rows] = packed
-    return out
-
-
-def class_feature_statistics(features: torch.Tensor, y: torch.Tensor, num_classes: int
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One client's Eq. 3–4, in float64, in the uploaded layout.
-
-    Returns counts N_{c,k} [C]; means μ_{c,k} [m1, d] of the classes with N ≥ 1 (ascending);
-    unbiased covariances cov_{c,k} (divisor N − 1) of the classes with N ≥ 2, as packed upper
-    triangles [m2, d(d+1)/2].
-    """
-    v = features.detach().to(torch.float64).reshape(features.shape[0], -1)
-    y = y.to(v.device)
-    counts = torch.bincount(y, minlength=num_classes)[:num_classes]
-    means, covs = [], []
-    for c in range(num_classes):
-        n = int(counts[c])
-        if n == 0:
-            continue
-        vc = v[y == c]
-        mean = vc.mean(dim=0)
-        means.append(mean)
-        if n >= 2:
-            centred = vc - mean
-            covs.append(symmetric_pack(centred.T @ centred / (n - 1)))
-    dim = v.shape[1]
-    return (counts, torch.stack(means) if means else v.new_zeros(0, dim),
-            torch.stack(covs) if covs else v.new_zeros(0, dim * (dim + 1) // 2))
-
-
-class ClassStatisticsPool:
-    """Eq. 5–6, accumulated one client at a time from statistics in `class_feature_statistics`' layout.
-
-    Pairwise form of Chan et al. (1979): with M2 = (N − 1)·cov, merging (n_a, μ_a, M2_a) with
-    (n_b, μ_b, M2_b) gives n = n_a + n_b, μ = μ_a + δ·n_b/n and M2 = M2_a + M2_b + δδᵀ·n_a n_b/n,
-    δ = μ_b − μ_a. Summed over clients this is Σ_k (N_{c,k}−1)cov_{c,k} + Σ_k N_{c,k}μ_{c,k}μ_{c,k}ᵀ
-    − N_c μ_c μ_cᵀ, i.e. Eq. 6 times N_c − 1, without subtracting large nearly equal terms, and
-    it never holds more than one client's statistics besides the running totals (float64, on
-    the CPU). A client with N_{c,k} = 1 adds its mean and no covariance (its M2 is 0: "we
-    exclude sample covariance estimates of clients with N_{c,k} < 2").
-    """
-
-    def __init__(self, num_classes: int, dim: int) -> None:
-        self.total = torch.zeros(num_classes, dtype=torch.float64)
-        self.mean = torch.zeros(num_classes, dim, dtype=torch.float64)
-        self.m2 = torch.zeros(num_classes, dim * (dim + 1) // 2, dtype=torch.float64)
-        self.rows, self.cols = torch.triu_indices(dim, dim)
-
-    def add(self, counts: torch.Tensor, means: torch.Tensor, covs: torch.Tensor) -> None:
-        """Merge one client's N_{c,k} [C], μ_{c,k} [m1, d] and packed cov_{c,k} [m2, d(d+1)/2]."""
-        n_b = counts.cpu().to(torch.float64)
-        present, with_cov = n_b >= 1, n_b >= 2
-        mean_b = torch.zeros_like(self.mean)
-        mean_b[present] = means.cpu().to(torch.float64)
-        m2_b = torch.zeros_like(self.m2)
-        m2_b[with_cov] = covs.cpu().to(torch.float64) * (n_b[with_cov] - 1).unsqueeze(1)
-        n = self.total + n_b
-        delta = mean_b - self.mean
-        share = torch.where(present, n_b / n.clamp_min(1), torch.zeros_like(n_b))
-        cross = torch.where(present, self.total * n_b / n.clamp_min(1), torch.zeros_like(n_b))
-        self.mean = self.mean + delta * share.unsqueeze(1)
-        self.m2 = self.m2 + m2_b + (delta[:, self.rows] * delta[:, self.cols]) * cross.unsqueeze(1)
-        self.total = n
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """N_c [C], μ_c [C, d] and the packed cov_c [C, d(d+1)/2] (0 where N_c < 2, undefined)."""
-        cov = self.m2 / (self.total - 1).clamp_min(1).unsqueeze(1)
-        cov[self.total < 2] = 0
-        return self.total.round().to(torch.int64), self.mean, cov
-
-
-def pool_class_statistics(clients: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], num_classes: int,
-                          dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eq. 5–6 over clients given in `class_feature_statistics`' layout (`ClassStatisticsPool` in one call).
-
-    Returns N_c [C], μ_c [C, d] and the packed cov_c [C, d(d+1)/2] (0 where N_c < 2, undefined).
-    """
-    pool = ClassStatisticsPool(num_classes, dim)
-    for counts, means, covs in clients:
-        pool.add(counts, means, covs)
-    return pool.result()
-
-
-def sample_class_features(mean: torch.Tensor, cov: torch.Tensor, num: int, generator: torch.Generator
-                          ) -> torch.Tensor:
-    """`num` draws from N(mean, cov) in float64; exact for singular (positive semi-definite) cov."""
-    eigenvalues, eigenvectors = torch.linalg.eigh(cov.cpu().to(torch.float64))
-    factor = eigenvectors * exact_math.sqrt(eigenvalues.clamp_min(0))
-    noise = torch.randn(num, mean.numel(), generator=generator, dtype=torch.float64)
-    return mean.cpu().to(torch.float64) + noise @ factor.T
-
-
-def retrain_head(weight: torch.Tensor, bias: torch.Tensor, features: torch.Tensor, labels: torch.Tensor,
-                 classes: torch.Tensor, epochs: int, lr: float, batch_size: int, generator: torch.Generator
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Plain SGD on CE(features Wᵀ + b, labels) over the `classes` mask (others' logits masked)."""
-    w = weight.detach().clone().requires_grad_(True)
-    b = bias.detach().clone().requires_grad_(True)
-    features = features.to(device=weight.device, dtype=weight.dtype)
-    labels = labels.to(weight.device)
-    absent = ~classes.to(weight.device)
-    optimizer = SGD([w, b], lr=lr)
-    n = labels.numel()
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator).to(weight.device)
-        for start in range(0, n, batch_size):
-            batch = order[start:start + batch_size]
-            logits = F.linear(features[batch], w, b).masked_fill(absent, float("-inf"))
-            loss = F.cross_entropy(logits, labels[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-    return w.detach(), b.detach()
-
-
 BALANCED = "balanced"        # samples_per_class: N // C per class, N the round's pooled sample count
 CLASS_SIZED = "class_sized"  # samples_per_class: N_c per class, the size of the class's pooled data ("resample D_c")
 
@@ -250,6 +108,14 @@ class FLFCR(FederatedAlgorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._check_hyperparameters()
+        self.aggregated_features = self.hp["features_from"] == "aggregated"
+        self._exchange_seed: int | None = None  # the round's seed, kept for the second exchange
+        self._all_counts: torch.Tensor | None = None
+        # Server state: the label counts each client has reported (saved in checkpoints).
+        self._reported = torch.zeros(self.num_clients, self.num_classes, dtype=torch.int64)
+
+    def _check_hyperparameters(self) -> None:
         if self.hp["global_counts"] not in (0, 1):
             raise ValueError(f"{self.name}: global_counts must be 0 or 1, got {self.hp['global_counts']}")
         spc = self.hp["samples_per_class"]
@@ -263,14 +129,6 @@ class FLFCR(FederatedAlgorithm):
             raise ValueError(f"{self.name}: features_from must be 'local' (each client's trained model, "
                              f"Algorithm 1) or 'aggregated' (the averaged model, CCVR), got "
                              f"{self.hp['features_from']!r}")
-        self.aggregated_features = self.hp["features_from"] == "aggregated"
-        self._exchange_seed: int | None = None  # the round's seed, kept for the second exchange
-        self._all_counts: torch.Tensor | None = None
-        # Server state: the label counts each client has reported (saved in checkpoints).
-        self._reported = torch.zeros(self.num_clients, self.num_classes, dtype=torch.int64)
-        self._margin_counts: torch.Tensor | None = None
-        self._cache: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._cached = 0
 
     # ------------------------------------------------------------ global label counts
     def set_label_counts(self, label_counts: torch.Tensor) -> None:
@@ -297,48 +155,51 @@ class FLFCR(FederatedAlgorithm):
     # ----------------------------------------------------------------- client side
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)
-        self._margin_counts = self.class_counts_for(client)
-        self._cache, self._cached = [], 0
+        client.scratch["flfcr_counts"] = self.class_counts_for(client)
+        client.scratch["flfcr_inputs"] = []  # the batches of the first pass over the local set
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
-        # Keep the inputs of the first pass over the local set (each sample once) for the
-        # statistics of the trained model; a step that evaluates the loss twice on the same
-        # batch (FedSAM) passes the same tensor and is stored once.
-        if (not self.aggregated_features and x is not None and self._cached < client.num_samples
-                and (not self._cache or self._cache[-1][0] is not x)):
-            self._cache.append((x, y))
-            self._cached += int(y.numel())
-        counts = self._margin_counts if self._margin_counts is not None else self.class_counts_for(client)
+        if not self.aggregated_features and x is not None:
+            self._keep_inputs(client, x, y)
+        counts = client.scratch.get("flfcr_counts")
+        counts = counts if counts is not None else self.class_counts_for(client)
         return true_class_margin_cross_entropy(logits, y, counts, self.hp["H"])
 
-    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
-        payload = super().client_payload(model, client, num_steps)
-        if self.aggregated_features:  # statistics come in the second exchange (`begin_exchange`)
+    @staticmethod
+    def _keep_inputs(client: ClientContext, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Keep the inputs of the first pass over the local set (each sample once) for the statistics of the
+        trained model; a step that evaluates the loss twice on the same batch (FedSAM) passes the same tensor,
+        stored once."""
+        inputs = client.scratch.setdefault("flfcr_inputs", [])
+        kept = sum(int(yb.numel()) for _, yb in inputs)
+        if kept < client.num_samples and (not inputs or inputs[-1][0] is not x):
+            inputs.append((x, y))
+
+    def end_local(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        """The class statistics of the trained model's features (with `features_from: aggregated`, only the
+        counts: the statistics come in the second exchange), and the client's share of the round's seed."""
+        payload = super().end_local(model, client, num_steps)
+        inputs = client.scratch.pop("flfcr_inputs", [])
+        if self.aggregated_features:
             payload["counts"] = client.label_counts.cpu().to(torch.int64)
-            payload["seed"] = int(torch.randint(0, 2 ** 62, (1,), generator=client.generator))
-            return payload
-        if not self._cache:
+        elif not inputs:
             raise RuntimeError(f"{self.name}: no local inputs were seen (local_loss needs x) for client "
                                f"{client.client_id}")
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            x = torch.cat([xb for xb, _ in self._cache])
-            y = torch.cat([yb for _, yb in self._cache])
-            features = torch.cat([model.body(x[i:i + 1024]) for i in range(0, x.shape[0], 1024)])
-        model.train(was_training)
-        self._cache, self._cached = [], 0
-        payload.update(feature_statistics_message(features, y, self.num_classes))
+        else:
+            was_training = model.training
+            model.eval()
+            with torch.no_grad():
+                features = body_features(model, torch.cat([xb for xb, _ in inputs]))
+            model.train(was_training)
+            payload.update(feature_statistics_message(features, torch.cat([yb for _, yb in inputs]),
+                                                      self.num_classes))
         payload["seed"] = int(torch.randint(0, 2 ** 62, (1,), generator=client.generator))
         return payload
 
     # ----------------------------------------------------------------- server side
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
-
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
-        return _CalibrationFold(self, num_samples)
+    def begin_aggregate(self, start: RoundStart) -> Fold:
+        return _CalibrationFold(self, start)
 
     def begin_exchange(self, state: StateDict) -> Exchange | None:
         """With `features_from: aggregated`, CCVR's second round trip: statistics under the averaged model."""
@@ -357,7 +218,6 @@ class FLFCR(FederatedAlgorithm):
 
     def _calibrate(self, state: StateDict, pool: ClassStatisticsPool, seed: int) -> StateDict:
         """Lines 26–36 after the pooling: sample virtual features, retrain the averaged model's head."""
-        weight, bias = state[HEAD_WEIGHT], state[HEAD_BIAS]
         total, pooled_mean, pooled_cov = pool.result()
         sizes = self.samples_for(total)
         sampled = (total >= 2) & (torch.tensor(sizes) > 0)
@@ -366,13 +226,10 @@ class FLFCR(FederatedAlgorithm):
             return state
         generator = torch.Generator().manual_seed(seed % 2 ** 63)
         classes = [c for c in range(self.num_classes) if sampled[c]]
-        dim = weight.shape[1]
-        virtual = torch.cat([sample_class_features(pooled_mean[c], symmetric_unpack(pooled_cov[c], dim), sizes[c],
-                                                   generator) for c in classes])
-        labels = torch.tensor(classes, dtype=torch.int64).repeat_interleave(torch.tensor([sizes[c] for c in classes]))
+        features, labels = virtual_features(pooled_mean, pooled_cov, sizes, classes, generator)
         lr = self.hp["retrain_lr"] or self.settings.lr
-        state[HEAD_WEIGHT], state[HEAD_BIAS] = retrain_head(weight, bias, virtual, labels, sampled, epochs, lr,
-                                                            self.settings.batch_size, generator)
+        state[HEAD_WEIGHT], state[HEAD_BIAS] = retrain_head(state[HEAD_WEIGHT], state[HEAD_BIAS], features, labels,
+                                                            sampled, epochs, lr, self.settings.batch_size, generator)
         return state
 
     # ------------------------------------------------------------- persistent state
@@ -383,13 +240,13 @@ class FLFCR(FederatedAlgorithm):
         self._reported = state["reported_counts"].clone()
 
 
-class _CalibrationFold(RoundAggregate):
+class _CalibrationFold(Fold):
     """FedAvg's weighted average, the Eq. 5–6 pool, the reported counts and the seeds' sum, one
     client at a time; `finish` samples and retrains the head once."""
 
-    def __init__(self, method: FLFCR, num_samples: list[int]) -> None:
+    def __init__(self, method: FLFCR, start: RoundStart) -> None:
+        super().__init__(start)
         self.method = method
-        self.average = AverageFold(num_samples)
         self.pool: ClassStatisticsPool | None = None  # d is known once a client has trained
         # The counts the server will know after this round: installed in `finish`, because the
         # round's later clients still take their margins' N_c from what was known before it.
@@ -401,7 +258,7 @@ class _CalibrationFold(RoundAggregate):
             if HEAD_WEIGHT not in update.state or HEAD_BIAS not in update.state:
                 raise KeyError(f"{self.method.name}: the model has no linear head ({HEAD_WEIGHT}, {HEAD_BIAS})")
             self.pool = ClassStatisticsPool(self.method.num_classes, update.state[HEAD_WEIGHT].shape[1])
-        self.average.fold(update)
+        super().fold(update)
         payload = update.payload
         self.reported[update.client_id] = payload["counts"].cpu().to(torch.int64)
         if not self.method.aggregated_features:
@@ -409,7 +266,7 @@ class _CalibrationFold(RoundAggregate):
         self.seed += payload["seed"]
 
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
-        state = self.average.finish(updates)
+        state = super().finish(updates)
         self.method._reported = self.reported
         if self.pool is None:  # no client took part: nothing to pool
             return state
@@ -417,14 +274,6 @@ class _CalibrationFold(RoundAggregate):
             self.method._exchange_seed = self.seed
             return state
         return self.method._calibrate(state, self.pool, self.seed)
-
-
-def feature_statistics_message(features: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, torch.Tensor]:
-    """What a client uploads of its features: Eq. 3–4 in `class_feature_statistics`' layout, in the
-    features' dtype (counts N_{c,k} of all classes; means of the classes with N ≥ 1; packed
-    covariances of the classes with N ≥ 2)."""
-    counts, means, covs = class_feature_statistics(features, y, num_classes)
-    return {"counts": counts, "means": means.to(features.dtype), "covs": covs.to(features.dtype)}
 
 
 class _AggregatedFeatures(Exchange):
@@ -437,8 +286,7 @@ class _AggregatedFeatures(Exchange):
 
     def client_message(self, model: nn.Module, client: ClientContext, x: torch.Tensor,
                        y: torch.Tensor) -> dict[str, torch.Tensor]:
-        features = torch.cat([model.body(x[i:i + 1024]) for i in range(0, x.shape[0], 1024)])
-        return feature_statistics_message(features, y, self.method.num_classes)
+        return feature_statistics_message(body_features(model, x), y, self.method.num_classes)
 
     def fold(self, client: ClientContext, message: dict[str, torch.Tensor]) -> None:
         self.pool.add(message["counts"], message["means"], message["covs"])

@@ -21,10 +21,11 @@ every other parameter. The head is replaced by Linear(proj_dim, C).
 
 State: the global model is ONE frozen module re-loaded per client; the previous local
 model is ONE frozen module loaded per client from a store of state dicts, one per
-client that has trained (kept on the CPU, saved in `state_dict()` for resume). Memory
-cost: one full model state per client that has trained, plus the initial model (below):
-for m clients and P parameters about (m + 1)·4P bytes of host memory, and in every
-checkpoint.
+client that has trained (kept on the CPU, saved in `state_dict()` for resume): each client
+puts its trained model there at the end of its local training (`end_local`; it is not
+uploaded). Memory cost: one full model state per client that has trained, plus the
+initial model (below): for m clients and P parameters about (m + 1)·4P bytes of host
+memory, and in every checkpoint.
 
 Previous model of a client that has not trained yet: the initial model (the global
 model of round 1). In round 1 that is the global model itself, so cos(z, z_prev) =
@@ -45,15 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import (
-    AverageFold,
-    ClientContext,
-    ClientUpdate,
-    FederatedAlgorithm,
-    RoundAggregate,
-    StateDict,
-    frozen_copy,
-)
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict
 
 
 def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,
@@ -82,8 +75,6 @@ class MOON(FederatedAlgorithm):
             raise ValueError(f"moon: proj_dim must be a positive integer, got {proj_dim!r}")
         if self.hp["temperature"] <= 0:
             raise ValueError(f"moon: temperature must be > 0, got {self.hp['temperature']!r}")
-        self._global_model: nn.Module | None = None
-        self._previous_model: nn.Module | None = None
         # client id -> its last local model (CPU); the initial model stands in before a client trains
         self._previous_states: dict[int, StateDict] = {}
         self._initial_state: StateDict | None = None
@@ -105,29 +96,25 @@ class MOON(FederatedAlgorithm):
             # The first local phase of a run is in round 1, whose global model is the initial
             # model; a resumed run gets it back from the checkpoint instead.
             self._initial_state = _cpu_copy(global_state)
-        if self._global_model is None:  # one module each, re-loaded per client
-            self._global_model = frozen_copy(model)
-            self._previous_model = frozen_copy(model)
-        self._global_model.load_state_dict(global_state)
-        self._previous_model.load_state_dict(self._previous_states.get(client.client_id, self._initial_state))
+        previous = self._previous_states.get(client.client_id, self._initial_state)
+        client.scratch["moon_global"] = self.inference_model("global", model, global_state)
+        client.scratch["moon_previous"] = self.inference_model("previous", model, previous)
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:
-        if x is None or self._global_model is None:
+        if x is None or "moon_global" not in client.scratch:
             raise RuntimeError("moon: local_loss needs the batch input x and begin_local before it "
                                "(the global and previous models run on x)")
         with torch.no_grad():
-            z_global = self._global_model.body(x)
-            z_previous = self._previous_model.body(x)
+            z_global = client.scratch["moon_global"].body(x)
+            z_previous = client.scratch["moon_previous"].body(x)
         contrastive = model_contrastive_loss(features, z_global, z_previous, self.hp["temperature"])
         return F.cross_entropy(logits, y) + self.hp["mu"] * contrastive
 
-    # ----------------------------------------------------------------- server side
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
-
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
-        return _KeepPreviousFold(self, num_samples)
+    def end_local(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        """The client keeps its trained model as its next "previous" model (not uploaded)."""
+        self._previous_states[client.client_id] = _cpu_copy(model.state_dict())
+        return super().end_local(model, client, num_steps)
 
     # ------------------------------------------------------------- persistent state
     def state_dict(self) -> dict[str, Any]:
@@ -141,18 +128,3 @@ class MOON(FederatedAlgorithm):
         super().load_state_dict(state)
         self._initial_state = None if initial is None else _cpu_copy(initial)
         self._previous_states = {int(cid): _cpu_copy(s) for cid, s in previous.items()}
-
-
-class _KeepPreviousFold(AverageFold):
-    """FedAvg's streamed average that also keeps each client's trained model as its next
-    "previous" model. The client would store it itself; the simulation keeps it here (it is
-    not uploaded). Copied at once: the engine reuses the tensors of a folded state."""
-
-    def __init__(self, method: MOON, num_samples: list[int]) -> None:
-        super().__init__(num_samples)
-        self.method = method
-
-    def fold(self, update: ClientUpdate) -> None:
-        self.method._previous_states[update.client_id] = _cpu_copy(update.state)
-        super().fold(update)
-

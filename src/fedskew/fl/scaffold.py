@@ -17,13 +17,13 @@ All control variates start at zero (NIID-Bench's random start is a known bug, se
 METHODS.md). c and every client's c_i (stored only for clients that trained once,
 absent = zero) are in `state_dict`, so a resumed run continues bit-identically.
 
-The server step streams (`begin_aggregate`): each participant's model and Δc_i are
-folded into two running sums (the weighted average, and c + Σ Δc_i / N) as soon as it
-has trained, and the engine then drops them, so a round holds one model and one Δc_i at a
-time besides the sums, however many clients take part. The folds take the same sums in
-the same order as the one-shot computation did, so the result is bit-identical to it;
-`aggregate` goes through the same fold. The per-client c_i are the method's state and
-stay.
+Where each piece lives: the client's x, c_i and c − c_i for its local steps are its scratch
+(`begin_local`); its new c_i is computed at the end of its local training (`end_local`),
+kept in the per-client store and Δc_i uploaded. The server step streams (`begin_aggregate`):
+each participant's model and Δc_i are folded into two running sums (the weighted average,
+and c + Σ Δc_i / N) as soon as it has trained, and the engine then drops them, so a round
+holds one model and one Δc_i at a time besides the sums, however many clients take part.
+The per-client c_i are the method's state and stay.
 
 Choices and deviations:
 - Only trainable parameters have control variates; buffers (BatchNorm statistics) are
@@ -33,7 +33,8 @@ Choices and deviations:
   gradient_k) and (x − y)/(K·η) is their mean. The engine's SGD may use heavy-ball
   momentum ρ (the corrected gradient goes through the momentum buffer like any
   gradient); then x − y = η·Σ_k w_k·(corrected gradient_k) with Σ_k w_k =
-  a(K, ρ) = (K − ρ(1 − ρ^K)/(1 − ρ))/(1 − ρ) (FedNova's normaliser), so we divide by
+  a(K, ρ) = (K − ρ(1 − ρ^K)/(1 − ρ))/(1 − ρ) (FedNova's normaliser,
+  fedskew.fl.server_math.normalizing_factor), so we divide by
   η·a(K, ρ) instead of K·η. For ρ = 0 this is exactly the paper's K·η; for ρ > 0 the
   literal K·η overestimates c_i by up to 1/(1 − ρ) (10× at ρ = 0.9), and on digits
   with ρ = 0.9 that feedback made training diverge. Weight decay is treated as part
@@ -52,8 +53,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import AverageFold, ClientContext, ClientUpdate, FederatedAlgorithm, RoundAggregate, StateDict
-from fedskew.fl.fednova import normalizing_factor
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.server_math import normalizing_factor
 
 
 class Scaffold(FederatedAlgorithm):
@@ -79,6 +80,13 @@ class Scaffold(FederatedAlgorithm):
         elif set(self._c) != set(params):
             raise ValueError(f"{self.name}: control variates cover {sorted(self._c)}, "
                              f"the model's trainable parameters are {sorted(params)}")
+        if params:
+            # adapt_model runs before the engine moves the model to its device: follow it (once).
+            device = next(iter(params.values())).device
+            if next(iter(self._c.values())).device != device:
+                self._c = {name: c.to(device) for name, c in self._c.items()}
+                self._client_c = {cid: {name: t.to(device) for name, t in ci.items()}
+                                  for cid, ci in self._client_c.items()}
 
     def client_control(self, client_id: int) -> StateDict:
         """c_i of a client (zeros if it never trained)."""
@@ -92,56 +100,47 @@ class Scaffold(FederatedAlgorithm):
         return model
 
     # ----------------------------------------------------------------- client side
+    def download_payload(self, client: ClientContext) -> dict[str, Any]:
+        return {**super().download_payload(client), "c": self._c}
+
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)
         self._ensure_c(model)
         params = self._trainable(model)
-        if params:
-            # adapt_model runs before the engine moves the model to its device: follow it (once).
-            device = next(iter(params.values())).device
-            if next(iter(self._c.values())).device != device:
-                self._c = {name: c.to(device) for name, c in self._c.items()}
-                self._client_c = {cid: {name: t.to(device) for name, t in ci.items()}
-                                  for cid, ci in self._client_c.items()}
-        self._x = {name: global_state[name] for name in params}  # the round's global model
-        self._ci = self.client_control(client.client_id)
-        self._correction = {name: self._c[name] - self._ci[name] for name in params}
+        ci = self.client_control(client.client_id)
+        client.scratch["scaffold_x"] = {name: global_state[name] for name in params}  # the round's global model
+        client.scratch["scaffold_ci"] = ci
+        client.scratch["scaffold_correction"] = {name: self._c[name] - ci[name] for name in params}
 
     def after_backward(self, model: nn.Module, client: ClientContext) -> None:
         super().after_backward(model, client)
+        correction = client.scratch["scaffold_correction"]
         with torch.no_grad():
             for name, param in self._trainable(model).items():
                 if param.grad is not None:
-                    param.grad.add_(self._correction[name])  # g + c − c_i
+                    param.grad.add_(correction[name])  # g + c − c_i
 
-    def client_payload(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
-        payload = super().client_payload(model, client, num_steps)
+    def end_local(self, model: nn.Module, client: ClientContext, num_steps: int) -> dict[str, Any]:
+        """c_i⁺ kept in the store; Δc_i = c_i⁺ − c_i uploaded."""
+        payload = super().end_local(model, client, num_steps)
         params = self._trainable(model)
+        x, ci = client.scratch["scaffold_x"], client.scratch["scaffold_ci"]
         if num_steps > 0:
             # K·η, generalised to momentum ρ as η·a(K, ρ) (FedNova's a_i; = K for ρ = 0): the
             # total weight the optimiser gave the K corrected gradients. See the module docstring.
             scale = 1.0 / (normalizing_factor(num_steps, self.settings.momentum) * self.settings.lr)
             with torch.no_grad():
-                new_ci = {name: self._ci[name] - self._c[name] + (self._x[name] - p.detach()) * scale
+                new_ci = {name: ci[name] - self._c[name] + (x[name] - p.detach()) * scale
                           for name, p in params.items()}
         else:  # no step taken: nothing learned about the client's gradient
-            new_ci = dict(self._ci)
-        delta = {name: new_ci[name] - self._ci[name] for name in params}
+            new_ci = dict(ci)
         self._client_c[client.client_id] = new_ci
-        payload["delta_c"] = delta
-        return payload
-
-    def download_payload(self, client: ClientContext) -> dict[str, Any]:
-        payload = super().download_payload(client)
-        payload["c"] = self._c
+        payload["delta_c"] = {name: new_ci[name] - ci[name] for name in params}
         return payload
 
     # ----------------------------------------------------------------- server side
-    def aggregate(self, global_state: StateDict, updates: list[ClientUpdate]) -> StateDict:
-        return RoundAggregate.run(self.begin_aggregate(global_state, [u.num_samples for u in updates]), updates)
-
-    def begin_aggregate(self, global_state: StateDict, num_samples: list[int]) -> RoundAggregate:
-        return _ControlFold(self, num_samples)
+    def begin_aggregate(self, start: RoundStart) -> Fold:
+        return _ControlFold(self, start)
 
     # ------------------------------------------------------------- persistent state
     def state_dict(self) -> dict[str, Any]:
@@ -155,17 +154,17 @@ class Scaffold(FederatedAlgorithm):
         self._client_c = {int(cid): dict(ci) for cid, ci in state.get("client_c", {}).items()}
 
 
-class _ControlFold(RoundAggregate):
+class _ControlFold(Fold):
     """FedAvg's weighted average of the models and c ← c + Σ_i Δc_i / N, one client at a time."""
 
-    def __init__(self, method: Scaffold, num_samples: list[int]) -> None:
+    def __init__(self, method: Scaffold, start: RoundStart) -> None:
+        super().__init__(start)
         self.method = method
-        self.average = AverageFold(num_samples)
         self.step = 1.0 / float(method.num_clients)  # N = all clients, not the round's
         self.c: StateDict | None = None
 
     def fold(self, update: ClientUpdate) -> None:
-        self.average.fold(update)
+        super().fold(update)
         if self.c is None:
             # A copy: the round's later clients still train with the old c. Taken at the first
             # fold, when begin_local has moved c to the model's device.
@@ -177,4 +176,4 @@ class _ControlFold(RoundAggregate):
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
         if self.c is not None:
             self.method._c = self.c  # replaced, not updated in place (a returned state_dict stays a snapshot)
-        return self.average.finish(updates)
+        return super().finish(updates)

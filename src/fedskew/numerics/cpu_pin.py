@@ -40,7 +40,9 @@ results then move with the CPU model). On x86-64, where the pin applies, `native
 run id (`kernels_in_run_id`, fedskew.config.RunConfig.run_id): a native run is another run than the
 portable one, never found in its place; portable ids are those they always were. Any other value
 is refused (`CpuPinError`) by `python -m fedskew` and by the workflow before its first job. A variable
-the user already set is left as it is. What was in force is recorded with every run (`describe()`:
+the user already set is left as it is. `import fedskew` applies the pin too, for use from Python; a run
+started after numpy or torch chose their own kernels is refused with what to do (`PinTooLateError`:
+`check_torch_kernels`, and fedskew.numerics.gemm.enabled for numpy's OpenBLAS). What was in force is recorded with every run (`describe()`:
 metrics.json's `provenance`, MLflow's `fedskew.provenance.*` tags). On other architectures (aarch64)
 there is nothing to pin: results there are their own. GPU kernels are not affected: GPU results vary
 with the GPU model and the precision (docs/reliability.md).
@@ -82,6 +84,18 @@ class CpuPinError(ValueError):
     """FEDSKEW_CPU_KERNELS holds a value fedskew does not know."""
 
 
+class PinTooLateError(RuntimeError):
+    """The portable kernels are asked for, but a library chose its kernels before the pin was applied."""
+
+
+def how_to_pin() -> str:
+    """What to do when the pin came too late, as every such error ends."""
+    variables = " ".join(f"{name}={value}" for name, value in PIN_VARIABLES.items())
+    return (f"import fedskew before numpy and torch (in a notebook: first, after restarting its kernel), which sets "
+            f"the kernels as `python -m fedskew` does; or start Python with {variables} in its environment; or set "
+            f"{ENV_VAR}=native (results that depend on the CPU model)")
+
+
 def is_x86_64(machine: str | None = None) -> bool:
     return (machine or platform.machine()).lower() in ("x86_64", "amd64")
 
@@ -121,13 +135,28 @@ def apply(environ: MutableMapping[str, str] = os.environ, machine: str | None = 
 
 def configure_torch(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> None:
     """Turn off the CPU backends whose arithmetic depends on the CPU model (oneDNN, NNPACK), when the
-    portable kernels are asked for. Called by the engine before a run trains."""
+    portable kernels are asked for, and refuse a torch that chose its own kernels before the pin
+    (`check_torch_kernels`). Called by the engine before a run trains."""
     if not active(environ, machine):
         return
     import torch
 
+    check_torch_kernels(environ, torch.backends.cpu.get_cpu_capability())
     torch.backends.mkldnn.enabled = False
     torch.backends.nnpack.set_flags(False)
+
+
+def check_torch_kernels(environ: MutableMapping[str, str], capability: str) -> None:
+    """PinTooLateError when ATen's kernels are above the pin's while the pin's own value is in force.
+
+    ATen fixes its capability at its first computation, reading ATEN_CPU_CAPABILITY then: a process in which
+    torch computed before fedskew set the variable (a notebook that imported torch and used it first) keeps
+    the CPU's own kernels. Only a capability above the pin's is refused: a CPU without AVX2 reports less, as
+    it would under `python -m fedskew`, and a value the user set is theirs (and recorded in the provenance)."""
+    wanted = PIN_VARIABLES["ATEN_CPU_CAPABILITY"]
+    if environ.get("ATEN_CPU_CAPABILITY", "").lower() == wanted and capability.upper().startswith("AVX512"):
+        raise PinTooLateError(f"the portable CPU kernels need torch's at {wanted.upper()}, but torch computed at "
+                              f"{capability} before fedskew set ATEN_CPU_CAPABILITY: {how_to_pin()}")
 
 
 def describe(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> dict[str, str]:

@@ -40,7 +40,7 @@ from fedskew.numerics import cpu_pin
 _NUMPY_DTYPES = (torch.float32, torch.float64)
 
 
-class GemmSetupError(RuntimeError):
+class GemmSetupError(cpu_pin.PinTooLateError):
     """The portable kernels are asked for, but numpy's OpenBLAS is not at the kernels they need."""
 
 
@@ -82,12 +82,16 @@ def enabled() -> bool:
     if library is None or str(library.architecture).lower() != wanted.lower():
         found = "no OpenBLAS" if library is None else f"OpenBLAS at its {library.architecture} kernels"
         setting = os.environ.get("OPENBLAS_CORETYPE")
-        cause = (f"OPENBLAS_CORETYPE is set to {setting!r}; unset it" if setting and setting.lower() != wanted.lower()
-                 else "numpy was loaded before fedskew set OPENBLAS_CORETYPE; run fedskew through `python -m fedskew` "
-                      "or `fedskew`, or call fedskew.numerics.cpu_pin.apply() before importing numpy or torch")
-        raise GemmSetupError(
-            f"the portable CPU kernels need numpy's OpenBLAS at its {wanted} kernels, but numpy has {found}: "
-            f"{cause}; or set FEDSKEW_CPU_KERNELS=native (results that depend on the CPU model)")
+        if library is None:
+            cause = ("this numpy is built on another BLAS; install numpy's wheel from requirements.lock (it ships "
+                     "OpenBLAS), or set FEDSKEW_CPU_KERNELS=native (results that depend on the CPU model)")
+        elif setting and setting.lower() != wanted.lower():
+            cause = (f"OPENBLAS_CORETYPE is set to {setting!r}; unset it, or set FEDSKEW_CPU_KERNELS=native (results "
+                     "that depend on the CPU model)")
+        else:
+            cause = f"numpy was loaded before fedskew set OPENBLAS_CORETYPE: {cpu_pin.how_to_pin()}"
+        raise GemmSetupError(f"the portable CPU kernels need numpy's OpenBLAS at its {wanted} kernels, but numpy has "
+                             f"{found}: {cause}")
     library.set_num_threads(1)
     return True
 

@@ -44,7 +44,7 @@ def cmd_run(params: Params, args: argparse.Namespace) -> None:
     summary = run_piece(pending, workers=args.workers, time_limit_s=args.time_limit, threads=threads,
                         max_rounds=args.max_rounds)
     line = summary.line()
-    rounds_per_run = sum(c.training["rounds"] for c in pending) / len(pending)
+    rounds_per_run = sum(c.train.rounds for c in pending) / len(pending)
     mfu = f", MFU {line['mfu']:.3f} of the {line['peak_tflops']} TFLOP/s peak" if line["mfu"] is not None else ""
     print(f"packed: {line['finished']} finished, {line['paused']} paused, {line['diverged']} diverged, "
           f"{line['failed']} failed, {line['skipped']} left for the next piece; {line['rounds']} rounds in "

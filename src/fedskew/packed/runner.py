@@ -140,20 +140,19 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
 
     def event(kind: str, last_round: int, done: int | None = None, **extra: Any) -> RunEvent:
         done = len(asked) if done is None else done  # asked once after every round but the last
-        flops = run_flops(cfg) * done / cfg.training["rounds"]
+        flops = run_flops(cfg) * done / cfg.train.rounds
         return RunEvent(kind, cfg.run_id, run_dir, worker, done, last_round, time.time() - started, flops,
-                        rounds_total=cfg.training["rounds"], **extra)
+                        rounds_total=cfg.train.rounds, **extra)
 
     def provenance() -> dict[str, str]:  # asked once the run has trained: the kernels it trained with
-        return run_provenance(str(resolve_device(cfg.training["device"])), cfg.training.get("precision", "fp32"),
-                              cfg.training["model"])
+        return run_provenance(str(resolve_device(cfg.train.device)), cfg.train.precision, cfg.train.model)
 
     try:
         result = run_training(cfg, threads=threads, should_stop=should_stop)
     except RunStopped:
         return event("paused", asked[-1][0])
     except NonFiniteError as error:
-        if cfg.training["on_divergence"] != "record":
+        if cfg.train.on_divergence != "record":
             return event("failed", error.round or 0, error=str(error))
         write_run_files(cfg, error.history or [], {**summarise_divergence(error), "provenance": provenance()})
         return event("diverged", error.round or 0)
@@ -161,7 +160,7 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
         log.exception("%s failed", run_dir)
         return event("failed", asked[-1][0] if asked else 0, error=f"{type(error).__name__}: {error}")
     write_run_files(cfg, result.history, {**result.final, "provenance": provenance()})
-    return event("finished", cfg.training["rounds"], done=len(result.history) - result.resumed_from)
+    return event("finished", cfg.train.rounds, done=len(result.history) - result.resumed_from)
 
 
 def orphaned(parent: int | None) -> bool:
@@ -192,9 +191,9 @@ def run_piece(runs: list[RunConfig], *, workers: int, time_limit_s: float, threa
     from fedskew.engine.simulation import resolve_device
     from fedskew.provenance import run_provenance
 
-    first = runs[0].training if runs else {"device": "cpu"}
-    device_name = run_provenance(str(resolve_device(first["device"])), "fp32")["device_name"]
-    precisions = {cfg.training.get("precision", "fp32") for cfg in runs} or {"fp32"}
+    device = runs[0].train.device if runs else "cpu"
+    device_name = run_provenance(str(resolve_device(device)), "fp32")["device_name"]
+    precisions = {cfg.train.precision for cfg in runs} or {"fp32"}
     summary = PieceSummary(workers, time_limit_s, 0.0, device_name, "/".join(sorted(precisions)))
     started = time.time()
     deadline = started + time_limit_s

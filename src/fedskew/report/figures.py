@@ -28,14 +28,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedskew import paths
+from fedskew import metrics, paths
 from fedskew.config import Params
-from fedskew.report.method_families import CALIBRATION, DRIFT, FAMILIES, OTHER, PLAIN, SPLIT, method_family
+from fedskew.report.method_families import (CALIBRATION, DRIFT, FAMILIES, OTHER, PLAIN, SPLIT, method_family, panels,
+                                            reference_method)
 from fedskew.runfiles import read_history, read_metrics
 
-SINGLE_PANEL_MAX = 8   # more methods than this in a setting: one panel per family
-PANEL_MAX = 10         # methods per panel besides the reference (a family with more is split)
-REFERENCE = "fedavg"   # the algorithm drawn as the reference line in every panel
 REFERENCE_STYLE = {"color": "0.35", "linestyle": "--", "linewidth": 1.6}
 FAMILY_COLOURS = {PLAIN: "tab:blue", DRIFT: "tab:orange", CALIBRATION: "tab:green", SPLIT: "tab:purple",
                   OTHER: "tab:brown"}
@@ -69,14 +67,17 @@ class PaperMark:
 
 
 def load_runs(params: Params, suite: str, root: Path = Path(".")) -> dict[tuple[str, str], list[SeedRun]]:
-    """Every run of the suite, grouped by setting (in params.yaml order), read through runfiles."""
+    """Every run of the suite, grouped by setting (in params.yaml order), read through runfiles: the reported
+    metric (fedskew.metrics) per evaluated round and at the final round, in percent."""
+    reported = metrics.reported()
+    column, final_key, scale = reported.column, metrics.reported_key(), reported.scale
     out: dict[tuple[str, str], list[SeedRun]] = {}
     for cfg in params.runs([suite]):
         record = read_metrics(cfg, root)
         history = read_history(cfg, root)
-        rows = [(row["round"], 100 * float(row["test_acc"])) for row in history if "test_acc" in row]
+        rows = [(row["round"], scale.shown(float(row[column]))) for row in history if column in row]
         diverged = record.get("status") == "diverged"
-        final = None if diverged or record.get("final_acc") is None else 100 * float(record["final_acc"])
+        final = None if diverged or record.get(final_key) is None else scale.shown(float(record[final_key]))
         out.setdefault((cfg.dataset, cfg.partition), []).append(
             SeedRun(cfg.method, cfg.seed, diverged, final, pd.DataFrame(rows, columns=["round", "acc"])))
     return out
@@ -147,7 +148,7 @@ def paper_values(suite: str) -> dict[tuple[str, str, str], list[PaperMark]]:
 
     out: dict[tuple[str, str, str], list[PaperMark]] = {}
     for table_id, layout in sorted(load_layouts().items()):
-        if layout.metric != "final_acc":
+        if layout.metric != metrics.reported_key():
             continue
         for row in layout.table.rows:
             for column in layout.table.columns:
@@ -159,62 +160,6 @@ def paper_values(suite: str) -> dict[tuple[str, str, str], list[PaperMark]]:
                 marks = out.setdefault((spec.dataset, spec.partition, spec.method), [])
                 if all(m.value != paper.value for m in marks):
                     marks.append(PaperMark(table_id, row, column, float(paper.value), paper.pm))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Panels
-
-
-def reference_method(params: Params, methods: list[str]) -> str | None:
-    """The method drawn as the reference: `fedavg` if the suite runs it, else any FedAvg variant."""
-    if REFERENCE in methods:
-        return REFERENCE
-    for method in methods:
-        try:
-            if params.method_spec(method)["algorithm"] == REFERENCE:
-                return method
-        except KeyError:
-            continue
-    return None
-
-
-def panels(params: Params, methods: list[str]) -> list[tuple[str | None, list[str]]]:
-    """(title, methods) per panel. The reference method is in no panel: it is drawn in each.
-
-    Up to SINGLE_PANEL_MAX methods: one untitled panel. Above: one panel per family (in
-    FAMILIES order). Within a family, the methods built on one algorithm (same algorithm
-    name up to its first "_": fedlc, fedlc_floor, fedlc_scaffold, …) stay together, and a
-    family with more than PANEL_MAX methods is split into numbered panels between such
-    groups (a single group larger than a panel is cut).
-    """
-    reference = reference_method(params, methods)
-    others = [m for m in methods if m != reference]
-    if len(methods) <= SINGLE_PANEL_MAX:
-        return [(None, others)]
-
-    def root(method: str) -> str:
-        try:
-            return params.method_spec(method)["algorithm"].split("_")[0]
-        except KeyError:
-            return method
-
-    out = []
-    for family in FAMILIES:
-        groups: dict[str, list[str]] = {}
-        for method in others:
-            if method_family(params, method) == family:
-                groups.setdefault(root(method), []).append(method)
-        chunks: list[list[str]] = []
-        for group in groups.values():
-            for start in range(0, len(group), PANEL_MAX):
-                piece = group[start:start + PANEL_MAX]
-                if chunks and len(chunks[-1]) + len(piece) <= PANEL_MAX:
-                    chunks[-1] += piece
-                else:
-                    chunks.append(list(piece))
-        for i, chunk in enumerate(chunks):
-            out.append((family if len(chunks) == 1 else f"{family} ({i + 1}/{len(chunks)})", chunk))
     return out
 
 
@@ -248,54 +193,46 @@ def _curve_label(method: str, runs: list[SeedRun], stats: pd.DataFrame) -> str:
     return f"{method} (n={n}" + (f", {diverged} diverged)" if diverged else ")")
 
 
-def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: str, runs: list[SeedRun]):
-    """The accuracy-curve figure of one setting (a matplotlib Figure; the caller saves and closes it)."""
-    plt = _pyplot()
+def _draw_curve(ax, stats: pd.DataFrame, colour, band_alpha: float, label: str, **style) -> None:
+    """One method's mean curve and its clipped band (a method with no evaluated round: a legend entry only)."""
+    x, mean, lo, hi = (np.asarray(v, dtype=float) for v in (stats.index, stats["mean"], stats["lo"], stats["hi"]))
+    ax.plot(x, mean, color=colour, label=label, **style)
+    if len(x):
+        ax.fill_between(x, lo, hi, color=colour, alpha=band_alpha, linewidth=0)
+
+
+def _curve_panel(ax, title: str | None, members: list[str], reference: str | None,
+                 by_method: dict[str, list[SeedRun]], stats: dict[str, pd.DataFrame]) -> None:
+    """One panel: the reference method's dashed curve, then each member's."""
+    if reference is not None:
+        style = {k: v for k, v in REFERENCE_STYLE.items() if k != "color"}
+        _draw_curve(ax, stats[reference], REFERENCE_STYLE["color"], 0.12, zorder=3, gid="reference", **style,
+                    label=f"FedAvg reference: {_curve_label(reference, by_method[reference], stats[reference])}")
+    for colour, method in zip(_method_colours(len(members)), members):
+        _draw_curve(ax, stats[method], colour, 0.15, _curve_label(method, by_method[method], stats[method]),
+                    linestyle="-", linewidth=1.4)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
+def _curve_axes(axes, panel_count: int, bands: list[pd.DataFrame]) -> None:
+    """The axes every panel shares: empty slots hidden, the y range fitted to the bands, rounds and labels."""
     from matplotlib.ticker import MaxNLocator
-    methods = list(dict.fromkeys(r.method for r in runs))
-    reference = reference_method(params, methods)
-    groups = panels(params, methods)
-    by_method = {m: [r for r in runs if r.method == m] for m in methods}
-    stats = {m: curve_stats(by_method[m]) for m in methods}
 
-    ncols = 1 if len(groups) == 1 else 2
-    nrows = math.ceil(len(groups) / ncols)
-    height = max(3.6, 0.24 * max(len(g) for _, g in groups) + 1.2)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(8.6 * ncols, height * nrows), sharex=True, sharey=True,
-                             squeeze=False)
-    lows, highs = [], []
-    def draw(ax, method, colour, band_alpha, label, **style):
-        s = stats[method]
-        x, mean, lo, hi = (np.asarray(v, dtype=float) for v in (s.index, s["mean"], s["lo"], s["hi"]))
-        ax.plot(x, mean, color=colour, label=label, **style)  # no evaluated round: a legend entry only
-        if len(x):
-            ax.fill_between(x, lo, hi, color=colour, alpha=band_alpha, linewidth=0)
-
-    for ax, (title, members) in zip(axes.flat, groups):
-        if reference is not None:
-            style = {k: v for k, v in REFERENCE_STYLE.items() if k != "color"}
-            draw(ax, reference, REFERENCE_STYLE["color"], 0.12, zorder=3, gid="reference", **style,
-                 label=f"FedAvg reference: {_curve_label(reference, by_method[reference], stats[reference])}")
-        for colour, method in zip(_method_colours(len(members)), members):
-            draw(ax, method, colour, 0.15, _curve_label(method, by_method[method], stats[method]),
-                 linestyle="-", linewidth=1.4)
-        for m in [*members, *([reference] if reference else [])]:
-            if len(stats[m]):
-                lows.append(stats[m]["lo"].min())
-                highs.append(stats[m]["hi"].max())
-        if title:
-            ax.set_title(title, fontsize=10, loc="left")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
-    for i in range(len(groups), nrows * ncols):  # an empty slot: the panel above it shows the rounds
+    nrows, ncols = axes.shape
+    for i in range(panel_count, nrows * ncols):  # an empty slot: the panel above it shows the rounds
         row, col = divmod(i, ncols)
         axes[row, col].set_visible(False)
         if row:
             axes[row - 1, col].xaxis.set_tick_params(labelbottom=True)
             axes[row - 1, col].set_xlabel("round")
-    if lows:
+    drawn = [band for band in bands if len(band)]
+    if drawn:
         pad = 3.0
-        axes.flat[0].set_ylim(max(0.0, min(lows) - pad), min(100.0, max(highs) + pad))
+        low, high = min(band["lo"].min() for band in drawn), max(band["hi"].max() for band in drawn)
+        axes.flat[0].set_ylim(max(0.0, low - pad), min(100.0, high + pad))
     else:
         axes.flat[0].set_ylim(0.0, 100.0)
         axes.flat[0].text(0.5, 0.5, "no evaluated round: every run diverged before its first evaluation",
@@ -305,6 +242,25 @@ def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: s
     axes.flat[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole (shared by every panel)
     for ax in axes[:, 0]:
         ax.set_ylabel("test accuracy (%)")
+
+
+def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: str, runs: list[SeedRun]):
+    """The accuracy-curve figure of one setting (a matplotlib Figure; the caller saves and closes it)."""
+    plt = _pyplot()
+    methods = list(dict.fromkeys(r.method for r in runs))
+    reference = reference_method(params, methods)
+    groups = panels(params, methods)
+    by_method = {m: [r for r in runs if r.method == m] for m in methods}
+    stats = {m: curve_stats(by_method[m]) for m in methods}
+    ncols = 1 if len(groups) == 1 else 2
+    nrows = math.ceil(len(groups) / ncols)
+    height = max(3.6, 0.24 * max(len(g) for _, g in groups) + 1.2)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(8.6 * ncols, height * nrows), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, (title, members) in zip(axes.flat, groups):
+        _curve_panel(ax, title, members, reference, by_method, stats)
+    _curve_axes(axes, len(groups), [stats[m] for _, members in groups
+                                    for m in [*members, *([reference] if reference else [])]])
     seeds = params.raw["suites"][suite]["seeds"]
     fig.suptitle(f"{suite}: {dataset} / {partition}: test accuracy per evaluated round, mean ± std over seeds "
                  f"{seeds} (band clipped to [0, 100])", fontsize=10.5, x=0.01, ha="left")

@@ -24,7 +24,7 @@ def local_drift_frame(params: Params, suite: str, root: Path = Path(".")) -> pd.
     """One row per (run, group) at the run's last round with diagnostics: before and after, in %."""
     rows = []
     for cfg in params.suite_runs(suite):
-        if not cfg.training.get("local_diagnostics"):
+        if not cfg.train.local_diagnostics:
             continue
         read_metrics(cfg, root)  # verifies the history too
         diagnosed = [row for row in read_history(cfg, root) if any(k.startswith("local_after_") for k in row)]

@@ -1,14 +1,22 @@
-"""Method families: how the accuracy-curve figures group a suite with many methods into panels.
+"""Method families: how the accuracy-curve figures group a suite with many methods into panels (`panels`).
 
 A method's family is its algorithm's (``params.method_spec(method)["algorithm"]``), so the
 variants of one algorithm (``fedlc_floor``, ``feded_lam0.5``, …) sit with it. Split-federated
-algorithms are recognised by their registry entry (``ALGORITHMS[name].family == "split"``);
+algorithms are recognised by their family (``fedskew.catalog.FAMILIES[name] is Family.SPLIT``);
 the federated ones by the mapping below, the one place to edit when a method is added. An
 algorithm not listed falls into ``other`` (its own panel), so a new method is still drawn,
 and a test fails until it is filed here.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fedskew import catalog
+from fedskew.families import Family
+
+if TYPE_CHECKING:
+    from fedskew.config import Params
 
 PLAIN = "plain FL"
 DRIFT = "drift correction"
@@ -63,9 +71,7 @@ FEDERATED_FAMILIES: dict[str, str] = {
 
 def algorithm_family(algorithm: str) -> str:
     """The family of a registered algorithm name; `other` for one not filed here."""
-    from fedskew.algorithms import ALGORITHMS
-
-    if algorithm in ALGORITHMS and getattr(ALGORITHMS[algorithm], "family", None) == "split":
+    if catalog.FAMILIES.get(algorithm) == Family.SPLIT:
         return SPLIT
     return FEDERATED_FAMILIES.get(algorithm, OTHER)
 
@@ -77,3 +83,61 @@ def method_family(params, method: str) -> str:
     except KeyError:  # not a registered algorithm: draw it, in its own panel
         return OTHER
     return algorithm_family(algorithm)
+
+
+# How the accuracy-curve figures (fedskew.report.figures) lay a setting's methods out in panels.
+SINGLE_PANEL_MAX = 8   # more methods than this in a setting: one panel per family
+PANEL_MAX = 10         # methods per panel besides the reference (a family with more is split)
+REFERENCE = "fedavg"   # the algorithm drawn as the reference line in every panel
+
+
+def reference_method(params: Params, methods: list[str]) -> str | None:
+    """The method drawn as the reference: `fedavg` if the suite runs it, else any FedAvg variant."""
+    if REFERENCE in methods:
+        return REFERENCE
+    for method in methods:
+        try:
+            if params.method_spec(method)["algorithm"] == REFERENCE:
+                return method
+        except KeyError:
+            continue
+    return None
+
+
+def panels(params: Params, methods: list[str]) -> list[tuple[str | None, list[str]]]:
+    """(title, methods) per panel. The reference method is in no panel: it is drawn in each.
+
+    Up to SINGLE_PANEL_MAX methods: one untitled panel. Above: one panel per family (in
+    FAMILIES order). Within a family, the methods built on one algorithm (same algorithm
+    name up to its first "_": fedlc, fedlc_floor, fedlc_scaffold, …) stay together, and a
+    family with more than PANEL_MAX methods is split into numbered panels between such
+    groups (a single group larger than a panel is cut).
+    """
+    reference = reference_method(params, methods)
+    others = [m for m in methods if m != reference]
+    if len(methods) <= SINGLE_PANEL_MAX:
+        return [(None, others)]
+
+    def root(method: str) -> str:
+        try:
+            return params.method_spec(method)["algorithm"].split("_")[0]
+        except KeyError:
+            return method
+
+    out = []
+    for family in FAMILIES:
+        groups: dict[str, list[str]] = {}
+        for method in others:
+            if method_family(params, method) == family:
+                groups.setdefault(root(method), []).append(method)
+        chunks: list[list[str]] = []
+        for group in groups.values():
+            for start in range(0, len(group), PANEL_MAX):
+                piece = group[start:start + PANEL_MAX]
+                if chunks and len(chunks[-1]) + len(piece) <= PANEL_MAX:
+                    chunks[-1] += piece
+                else:
+                    chunks.append(list(piece))
+        for i, chunk in enumerate(chunks):
+            out.append((family if len(chunks) == 1 else f"{family} ({i + 1}/{len(chunks)})", chunk))
+    return out

@@ -1,12 +1,12 @@
 """Tables per suite, built from the run files alone (no tracker needed).
 
 Rows are methods, columns are settings (dataset / partition), cells are the
-final-round test accuracy in %, mean ± sample standard deviation over seeds, with
-the seed count. Under it, the same grid gives each method's traffic over the whole run
-(MB up / down: weights, activations, labels, gradients, statistics — whatever the
-method sends), so that FL and split-FL methods can be read side by side. The CSV adds
-balanced accuracy and the best-round accuracy, labelled as such: best-round figures
-are never the reported number.
+final-round test accuracy in % (the reported metric of fedskew.metrics), mean ± sample
+standard deviation over seeds, with the seed count. Under it, the same grid gives each
+method's traffic over the whole run (MB up / down: weights, activations, labels, gradients,
+statistics — whatever the method sends), so that FL and split-FL methods can be read side by
+side. The CSV has every summary value the registry puts in suite tables (balanced accuracy,
+the best-round accuracy, labelled as such: best-round figures are never the reported number).
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedskew import paths
+from fedskew import metrics, paths
 from fedskew.config import Params
+from fedskew.metrics import Scale, Statistic
 from fedskew.runfiles import atomic_write_text, read_metrics
-
-REPORTED = "final_acc"
 
 
 def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
@@ -32,15 +31,27 @@ def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample std (ddof=1) over the seeds that finished; diverged seeds are counted apart."""
-    metrics = ["final_acc", "final_balanced_acc", "best_acc", "total_bytes_up", "total_bytes_down"]
-    runs = runs.assign(diverged=runs["status"] == "diverged")
-    runs[metrics] = runs[metrics].astype(float)  # a diverged run has no accuracy (NaN)
+def table_values() -> list[str]:
+    """The summary values (metrics.json keys) that suite tables average over seeds, in their CSV's order."""
+    return [m.key(s) for s in Statistic for m in metrics.summarised(s) if m.suite_table]
+
+
+def _traffic() -> list[metrics.Metric]:
+    """The run totals in bytes that the traffic grid shows (up, then down)."""
+    return [m for m in metrics.summarised(Statistic.TOTAL) if m.suite_table and m.scale is Scale.BYTES]
+
+
+def statistics_over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per grid point, mean and sample std (ddof=1) of each table value over the seeds that finished;
+    diverged seeds are counted apart."""
+    values = table_values()
+    # A value no run of the suite recorded (a metric registered after they trained) is NaN, not an error.
+    runs = runs.assign(diverged=runs["status"] == "diverged", **{key: math.nan for key in values if key not in runs})
+    runs[values] = runs[values].astype(float)  # a diverged run has no accuracy (NaN)
     # nor a whole run's traffic: it stopped early, and its bytes would make the method look cheaper
-    runs.loc[runs["diverged"], metrics] = math.nan
+    runs.loc[runs["diverged"], values] = math.nan
     grouped = runs.groupby(["dataset", "partition", "method"], sort=False)
-    out = grouped[metrics].agg(["mean", "std"])
+    out = grouped[values].agg(["mean", "std"])
     out.columns = [f"{metric}_{stat}" for metric, stat in out.columns]
     out["seeds"] = grouped["seed"].count() - grouped["diverged"].sum()
     out["diverged"] = grouped["diverged"].sum()
@@ -50,25 +61,27 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
 def _cell(mean: float, std: float, n: int, diverged: int = 0) -> str:
     if n == 0:
         return f"diverged ({diverged}/{diverged} seeds)"
-    spread = "n/a" if n < 2 or math.isnan(std) else f"{100 * std:.2f}"
+    scale = metrics.reported().scale
+    spread = "n/a" if n < 2 or math.isnan(std) else f"{scale.shown(std):.2f}"
     note = f"; {diverged} diverged" if diverged else ""
-    return f"{100 * mean:.2f} ± {spread} (n={n}{note})"
+    return f"{scale.shown(mean):.2f} ± {spread} (n={n}{note})"
 
 
-def _traffic_cell(up: float, down: float) -> str:
-    return "n/a" if math.isnan(up) else f"{up / 1e6:.2f} / {down / 1e6:.2f}"
+def _traffic_cell(totals: list[float]) -> str:
+    """Each traffic total's seed mean in MB, "up / down"; n/a where every seed diverged."""
+    return "n/a" if any(math.isnan(v) for v in totals) else " / ".join(f"{Scale.BYTES.shown(v):.2f}" for v in totals)
 
 
 def wide_table(summary: pd.DataFrame, traffic: bool = False) -> pd.DataFrame:
-    """Methods x settings: accuracy cells, or (traffic=True) MB up / down over the run."""
+    """Methods x settings: cells of the reported metric, or (traffic=True) MB up / down over the run."""
     summary = summary.assign(setting=summary["dataset"] + " / " + summary["partition"])
     if traffic:
-        summary["cell"] = [_traffic_cell(u, d) for u, d in
-                           zip(summary["total_bytes_up_mean"], summary["total_bytes_down_mean"])]
+        columns = [summary[f"{m.key(Statistic.TOTAL)}_mean"] for m in _traffic()]
+        summary["cell"] = [_traffic_cell(list(totals)) for totals in zip(*columns)]
     else:
+        key = metrics.reported_key()
         summary["cell"] = [_cell(m, s, n, d) for m, s, n, d in
-                           zip(summary[f"{REPORTED}_mean"], summary[f"{REPORTED}_std"], summary["seeds"],
-                               summary["diverged"])]
+                           zip(summary[f"{key}_mean"], summary[f"{key}_std"], summary["seeds"], summary["diverged"])]
     table = summary.pivot(index="method", columns="setting", values="cell")
     methods = list(dict.fromkeys(summary["method"]))
     settings = list(dict.fromkeys(summary["setting"]))
@@ -124,26 +137,36 @@ def _latex(table: pd.DataFrame, suite: str) -> str:
     return "\n".join(lines)
 
 
+def _csv(summary: pd.DataFrame) -> str:
+    """The CSV: every table value's mean and std; a best-round value's columns say it is not the reported one."""
+    labelled = {f"{m.key(Statistic.BEST)}_{stat}": f"best_round_{m.name}_{stat} (not reported)"
+                for m in metrics.summarised(Statistic.BEST) for stat in ("mean", "std")}
+    return summary.rename(columns=labelled).to_csv(index=False, float_format="%.6f")
+
+
+def _flat(summary: pd.DataFrame) -> dict[str, dict]:
+    """A flat metrics file for `dvc metrics show`: per grid point, the reported metric's mean and std, the seed
+    counts, and the seed mean of each metric with a `flat_key` (in the unit shown)."""
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else round(value, 6)
+
+    reported = metrics.reported_key()
+    flat_means = [(m, m.key(m.statistics[0])) for m in metrics.METRICS if m.flat_key and m.suite_table]
+    return {f"{r.dataset}/{r.partition}/{r.method}": {
+                f"{reported}_mean": number(getattr(r, f"{reported}_mean")),
+                f"{reported}_std": number(getattr(r, f"{reported}_std")),
+                "seeds": int(r.seeds), "diverged": int(r.diverged),
+                **{m.flat_key: number(m.scale.shown(getattr(r, f"{key}_mean"))) for m, key in flat_means}}
+            for r in summary.itertuples()}
+
+
 def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str, Path]:
-    runs = collect(params, suite, root)
-    summary = summarise(runs)
+    summary = statistics_over_seeds(collect(params, suite, root))
     table = wide_table(summary)
     out = {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in ("md", "csv", "tex", "json")}
     protocol = protocol_lines(params, suite)
     atomic_write_text(out["md"], _markdown(table, wide_table(summary, traffic=True), suite, protocol))
     atomic_write_text(out["tex"], _latex(table, suite))
-    csv = summary.rename(columns={"best_acc_mean": "best_round_acc_mean (not reported)",
-                                  "best_acc_std": "best_round_acc_std (not reported)"})
-    atomic_write_text(out["csv"], csv.to_csv(index=False, float_format="%.6f"))
-    # A flat metrics file for `dvc metrics show`.
-    def number(value: float) -> float | None:
-        return None if math.isnan(value) else round(value, 6)
-
-    flat = {f"{r.dataset}/{r.partition}/{r.method}": {"final_acc_mean": number(r.final_acc_mean),
-                                                      "final_acc_std": number(r.final_acc_std),
-                                                      "seeds": int(r.seeds), "diverged": int(r.diverged),
-                                                      "mb_up_mean": number(r.total_bytes_up_mean / 1e6),
-                                                      "mb_down_mean": number(r.total_bytes_down_mean / 1e6)}
-            for r in summary.itertuples()}
-    atomic_write_text(out["json"], json.dumps(flat, indent=2) + "\n")
+    atomic_write_text(out["csv"], _csv(summary))
+    atomic_write_text(out["json"], json.dumps(_flat(summary), indent=2) + "\n")
     return out

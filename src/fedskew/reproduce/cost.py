@@ -78,13 +78,13 @@ def forward_flops(model: str, dataset_spec_items: tuple) -> int:
 
 def run_flops(cfg) -> float:
     train_size, test_size = dataset_sizes(cfg.dataset_spec)
-    t = cfg.training
-    per_sample = forward_flops(t["model"], tuple(sorted(cfg.dataset_spec.items(), key=str)))
+    t = cfg.train
+    per_sample = forward_flops(t.model, tuple(sorted(cfg.dataset_spec.items(), key=str)))
     if "local_iterations" in cfg.method_spec:  # split methods: T iterations of B samples a round
-        train = t["rounds"] * cfg.method_spec["local_iterations"] * cfg.method_spec["server_batch"]
+        train = t.rounds * cfg.method_spec["local_iterations"] * cfg.method_spec["server_batch"]
     else:
-        train = t["rounds"] * t["participation"] * train_size * t["local_epochs"]
-    evaluations = t["rounds"] // t.get("eval_every", 1) + 1
+        train = t.rounds * t.participation * train_size * t.local_epochs
+    evaluations = t.rounds // t.eval_every + 1
     return 3.0 * per_sample * train + per_sample * test_size * evaluations
 
 
@@ -120,7 +120,7 @@ def table_cost(params: Params, table_id: str, imported_runs: frozenset[str] = fr
     hold (the caller reads them: `fedskew.packed.archive.archived_run_ids`)."""
     runs = table_runs(params, table_id)
     flops = {run_id: run_flops(cfg) for run_id, cfg in runs.items()}
-    on_cpu = {run_id: CPU_RATES.get((cfg.training["model"], cfg.dataset_spec["source"]))
+    on_cpu = {run_id: CPU_RATES.get((cfg.train.model, cfg.dataset_spec["source"]))
               for run_id, cfg in runs.items()}
     here = set(params.reproduce_suites)
     return {"table": table_id, "runs": len(runs), "pflop": sum(flops.values()) / 1e15,

@@ -23,7 +23,7 @@ fedlc_t4:
     - {label: "digits Q(2), methods suite", suite: methods, dataset: digits, partition: q2}
   cross:                                 # a row level x a column level -> fields, applied after both
     "K=10": {"α=2": {partition: qpl2}}   # (for a field that depends on the row and the column together)
-  metric: final_acc                      # final_acc (default, in %) or final_loss
+  metric: final_acc                      # a final-round value of fedskew.metrics: final_acc (default, in %), final_loss
   reported_round: silent                 # final / best / silent (default): which round the paper reports
   notes: ["how the mapping was chosen"]
 ```
@@ -57,11 +57,12 @@ from pathlib import Path
 
 import yaml
 
+from fedskew import metrics
+from fedskew.metrics import Statistic
 from fedskew.reproduce.paper_tables import PaperTable, load_paper_table
 
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
 CELL_FIELDS = ("suite", "dataset", "partition", "method", "round", "statistic", "not_run", "difference", "mean_of")
-METRICS = ("final_acc", "final_loss")
 STATISTICS = ("final", "best")
 REPORTED_ROUNDS = ("final", "best", "silent")
 BEST_ROUND_PROTOCOL = "main protocol, best round instead of the final one (the paper does not say which it reports)"
@@ -69,6 +70,12 @@ BEST_ROUND_PROTOCOL = "main protocol, best round instead of the final one (the p
 
 class LayoutError(ValueError):
     """A layout that does not fit its paper table or params.yaml."""
+
+
+def paper_table_metrics() -> list[str]:
+    """What a paper table's cells may read: the final-round value of any one-number metric of fedskew.metrics
+    (a cell can also read it at an earlier round, or at the best round, from the history)."""
+    return [m.key(Statistic.FINAL) for m in metrics.summarised(Statistic.FINAL) if m.kind is metrics.Kind.EVALUATED]
 
 
 @dataclass(frozen=True)
@@ -101,9 +108,14 @@ class Layout:
     protocols: dict = field(default_factory=dict)
     proxies: tuple = ()
     cross: dict = field(default_factory=dict)
-    metric: str = "final_acc"
+    metric: str = field(default_factory=metrics.reported_key)   # a final-round value (`paper_table_metrics`)
     notes: tuple = ()
     reported_round: str = "silent"
+
+    @property
+    def measure(self) -> metrics.Metric:
+        """The registered metric the cells read (fedskew.metrics)."""
+        return metrics.summary_key(self.metric)[0]
 
     def _fields(self, label: str, mapping: dict, axis: str) -> dict:
         if label in mapping:
@@ -210,9 +222,9 @@ def parse_layout(table_id: str, doc: dict, origin: str) -> Layout:
     for row_level, by_column in (doc.get("cross") or {}).items():
         for column_level, fields in by_column.items():
             _check_fields(f"{origin}: {table_id}.cross.{row_level}.{column_level}", fields)
-    metric = doc.get("metric", "final_acc")
-    if metric not in METRICS:
-        raise LayoutError(f"{origin}: {table_id}.metric is {metric!r}; allowed: {list(METRICS)}")
+    metric = doc.get("metric", metrics.reported_key())
+    if metric not in paper_table_metrics():
+        raise LayoutError(f"{origin}: {table_id}.metric is {metric!r}; allowed: {paper_table_metrics()}")
     reported = doc.get("reported_round", "silent")
     if reported not in REPORTED_ROUNDS:
         raise LayoutError(f"{origin}: {table_id}.reported_round is {reported!r}; allowed: {list(REPORTED_ROUNDS)}")

@@ -11,6 +11,7 @@ writes both files.
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 
 from fedskew.config import Params
@@ -22,8 +23,31 @@ from fedskew.reproduce.verdicts import evaluate_all
 
 
 # ------------------------------------------------------------------ the ledger page
-def _effect_from(record: dict) -> Effect:  # an effect back from its record in `verdicts`' results
-    return Effect(record["mean"], record["low"], record["high"], record["n"] or 1, record["n"] is None)
+class Wording(Enum):
+    """Whose numbers a result is on, and so how the ledger words its evidence."""
+
+    PAPER = "paper"   # the paper's printed numbers: points at its precision, and a claim holds or fails
+    OURS = "ours"     # fedskew's runs: paired effects with intervals, and the policy's verdicts by name
+
+    def verdict_word(self, verdict: str) -> str:
+        """The word printed for a verdict: on our runs its name; on the paper's numbers holds / fails."""
+        if self is Wording.OURS:
+            return verdict
+        return {REPRODUCED: "holds", PARTLY: "fails in part", NOT_REPRODUCED: "fails"}.get(verdict, verdict)
+
+    def mark(self, verdict: str) -> str:
+        """What follows a part or a line that is not reproduced: its verdict in words, in parentheses."""
+        return "" if verdict == REPRODUCED else f" ({self.verdict_word(verdict)})"
+
+    def places(self, result: dict, floor: int) -> int:
+        """Decimals of a result's numbers: the paper's differences are exact at its printed precision (`floor`);
+        ours print at 3 significant digits or more."""
+        return floor if self is Wording.PAPER else _places(result, floor)
+
+    @property
+    def shows_net(self) -> bool:
+        """Whether a trend line states its net change with its interval (ours; the paper's points say it)."""
+        return self is Wording.OURS
 
 
 def _places(result: dict, floor: int) -> int:
@@ -36,17 +60,11 @@ def _places(result: dict, floor: int) -> int:
 
 def _raw(record: dict, direction: float) -> Effect:
     """An effect signed for the claimed direction, back in raw units (a decrease prints negative)."""
-    effect = _effect_from(record)
+    effect = Effect.from_record(record)
     if direction > 0:
         return effect
     low, high = (None, None) if effect.low is None else (-effect.high, -effect.low)
     return Effect(-effect.mean, low, high, effect.n, effect.point)
-
-
-def _mark(verdict: str, paper: bool) -> str:
-    if verdict == REPRODUCED:
-        return ""
-    return " (fails)" if paper else f" ({verdict})"
 
 
 def _diverged_text(diverged: dict[str, list[int]]) -> str:
@@ -55,27 +73,27 @@ def _diverged_text(diverged: dict[str, list[int]]) -> str:
                      for method, seeds in diverged.items())
 
 
-def _part_text(part: dict, places: int, paper: bool) -> str:
+def _part_text(part: dict, places: int, wording: Wording) -> str:
     diverged = part.get("diverged", {})
     if "effect" not in part:  # the claimed method diverged: nothing to compare (the policy's rule)
-        return f"{part['label']}: {_diverged_text(diverged)}{_mark(part['verdict'], paper)}"
-    effect = policy.fmt_effect(_effect_from(part["effect"]), places)
+        return f"{part['label']}: {_diverged_text(diverged)}{wording.mark(part['verdict'])}"
+    effect = policy.fmt_effect(Effect.from_record(part["effect"]), places)
     missing = [b for b in part.get("baselines_missing", []) if b not in diverged]
     without = f", without {', '.join(missing)} (not run)" if missing else ""
     left_out = f" ({_diverged_text(diverged)}: left out of the pairing)" if diverged else ""
-    return f"{part['label']}: {effect} vs {part['vs']}{_mark(part['verdict'], paper)}{without}{left_out}"
+    return f"{part['label']}: {effect} vs {part['vs']}{wording.mark(part['verdict'])}{without}{left_out}"
 
 
-def _line_text(line: dict, places: int, paper: bool) -> str:
+def _line_text(line: dict, places: int, wording: Wording) -> str:
     if "series" not in line:  # diverged: the claimed method's lead, or a method's every seed somewhere
-        return f"{line['label']}: {_diverged_text(line['diverged'])}{_mark(line['verdict'], paper)}"
+        return f"{line['label']}: {_diverged_text(line['diverged'])}{wording.mark(line['verdict'])}"
     if line.get("diverged"):
-        return _line_text({k: v for k, v in line.items() if k != "diverged"}, places, paper) + \
+        return _line_text({k: v for k, v in line.items() if k != "diverged"}, places, wording) + \
             f" ({_diverged_text(line['diverged'])}: left out)"
     series = " → ".join(f"{v:.{places}f}" for v in line["series"])
     net = policy.fmt_effect(_raw(line["net"], line["direction"]), places)
     text = f"{line['label']}: {series}"
-    if not paper:
+    if wording.shows_net:
         text += f"; net {net}"
     worst = line["worst_step"]
     if len(line["steps"]) > 1 and (line["steps"][worst]["mean"] <= 0 or line["step_verdicts"][worst] != REPRODUCED):
@@ -83,10 +101,10 @@ def _line_text(line: dict, places: int, paper: bool) -> str:
         text += f"; step most against the trend {policy.fmt_effect(step, places)}"
     if line["within_tolerance"]:
         return text + " (within the tolerance)"
-    return text + _mark(line["verdict"], paper)
+    return text + wording.mark(line["verdict"])
 
 
-def result_text(result: dict, floor: int, paper: bool = False) -> str:
+def result_text(result: dict, floor: int, wording: Wording = Wording.OURS) -> str:
     """The evidence of a verdict: each column's effect (with its interval on our runs) or each line's
     points, net change and the step most against the trend; what is not run, and why."""
     stale = "; ".join(f"{row} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
@@ -94,27 +112,20 @@ def result_text(result: dict, floor: int, paper: bool = False) -> str:
     stale = f" [out of date, left out until trained again: {stale}]" if stale else ""
     if result["verdict"] == NOT_RUN:
         return f"not run: {result.get('reason', 'no cell of this claim has our numbers')}{stale}"
-    # the paper's differences are exact at its printed precision; ours print at 3 significant digits or more
-    places = floor if paper else _places(result, floor)
+    places = wording.places(result, floor)
     if "parts" in result:
-        text = "; ".join(_part_text(p, places, paper) for p in result["parts"])
+        text = "; ".join(_part_text(p, places, wording) for p in result["parts"])
     else:
-        text = "; ".join(_line_text(line, places, paper) for line in result["lines"])
+        text = "; ".join(_line_text(line, places, wording) for line in result["lines"])
         if result["lines"]:
-            text += f" — strict reading (every step in the direction): {_paper_word(result['strict'], paper)}"
+            text += f" — strict reading (every step in the direction): {wording.verdict_word(result['strict'])}"
     return text + (f" ({result['detail']})" if result.get("detail") else "") + stale
-
-
-def _paper_word(verdict: str, paper: bool) -> str:
-    if not paper:
-        return verdict
-    return {REPRODUCED: "holds", PARTLY: "fails in part", NOT_REPRODUCED: "fails"}.get(verdict, verdict)
 
 
 def _paper_cell(record: dict) -> str:
     paper = record["on_paper"]
     status = paper["status"]
-    return f"**{status}**: {result_text(paper, record['decimals'], paper=True)}"
+    return f"**{status}**: {result_text(paper, record['decimals'], Wording.PAPER)}"
 
 
 def _headline(records: list[dict]) -> list[str]:
@@ -304,8 +315,9 @@ def _sensitivity_section(paper: str, records: list[dict]) -> list[str]:
     tolerance = policy.load_policy().trend_tolerance
     for r in bearing:
         paper_one, ours_one = r["on_paper"]["verdict"], r["ours"]["main protocol"]["verdict"]
-        at_one = f"{_paper_word(paper_one, True)} / {ours_one}"
-        scaled = [f"{_paper_word(s['paper'], True)} / {s['ours']}" for s in r["threshold_sensitivity"].values()]
+        at_one = f"{Wording.PAPER.verdict_word(paper_one)} / {ours_one}"
+        scaled = [f"{Wording.PAPER.verdict_word(s['paper'])} / {s['ours']}"
+                  for s in r["threshold_sensitivity"].values()]
         changes = [f"{float(f):g}×" + (" paper" if s["paper"] != paper_one else "")
                    + (" fedskew" if s["ours"] != ours_one else "")
                    for f, s in r["threshold_sensitivity"].items() if s["paper"] != paper_one or s["ours"] != ours_one]
@@ -328,7 +340,7 @@ def _proxy_section(paper: str, proxies: dict, ids: set[str]) -> list[str]:
         loss = " (loss: lower is better)" if p["better"] == "lower" else ""
         claims = ", ".join(c for c in p["claims"] if c in ids)
         lines.append(f"| {p['setting']} | `{p['subject']}` vs `{p['against']}`{loss} "
-                     f"| {policy.fmt_effect(_effect_from(p['effect']), p['places'])} | {p['verdict']} | {claims} |")
+                     f"| {policy.fmt_effect(Effect.from_record(p['effect']), p['places'])} | {p['verdict']} | {claims} |")
     verdicts = [v for v in proxies.get("claims", []) if v["claim"] in ids]
     lines += ["", "Each claim's direction on each setting needs every baseline it names that ran there:", "",
               "| claim | proxy setting | direction | baselines (not run there) |", "|---|---|---|---|"]

@@ -132,6 +132,15 @@ class Effect:
     def has_interval(self) -> bool:
         return self.low is not None and self.high is not None
 
+    def record(self) -> dict:
+        """The effect in a verdict's record (the ledger's JSON twin): a printed point has no n."""
+        return {"mean": self.mean, "low": self.low, "high": self.high, "n": None if self.point else self.n}
+
+    @classmethod
+    def from_record(cls, record: dict) -> Effect:
+        """The effect back from its `record`."""
+        return cls(record["mean"], record["low"], record["high"], record["n"] or 1, record["n"] is None)
+
 
 def t_quantile(level: float, df: int) -> float:
     """Two-sided Student-t quantile t((1 + level) / 2, df), e.g. 4.303 for 95 % and 2 degrees of freedom."""

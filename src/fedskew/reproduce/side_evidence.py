@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedskew import metrics
 from fedskew.config import Params
+from fedskew.reproduce.cell_sources import OursSource, combined_effect, mean_value
 from fedskew.reproduce.claim import load_claims
 from fedskew.reproduce.layouts import CellSpec, Layout, load_layouts
 from fedskew.reproduce.policy import decimals_for, judge
 from fedskew.reproduce.tables import read_cell
-from fedskew.reproduce.verdicts import OursSource, combined_effect, conjunction, effect_record, mean_value
+from fedskew.reproduce.verdicts import conjunction
 
 
 # ------------------------------------------------------------------ offline proxies
@@ -85,9 +87,8 @@ def _proxy_pair(params: Params, layout: Layout, proxy: dict, subject: str, basel
     return {"suite": proxy["suite"], "dataset": proxy["dataset"], "partition": proxy["partition"],
             "setting": f"{proxy['label']}, {seeds} seed{'s' if seeds != 1 else ''}",
             "subject": subject, "against": baseline, "better": "lower" if sign < 0 else "higher",
-            "metric": layout.metric, "verdict": verdict, "effect": effect_record(effect),
+            "metric": layout.metric, "verdict": verdict, "effect": effect.record(),
             "places": decimals_for(mean_value(mine), layout.table.decimals), "claims": []}
-
 
 
 # ------------------------------------------------------------------ missing classes
@@ -116,7 +117,8 @@ def missing_class_evidence(params: Params, root: Path = Path(".")) -> list[dict]
                 for option, method in [("FedAvg", "fedavg"), *present.items()]:
                     if method not in methods:
                         continue
-                    cell = read_cell(params, CellSpec(suite, dataset, partition, method), "final_acc", suites, root)
+                    cell = read_cell(params, CellSpec(suite, dataset, partition, method),
+                                     metrics.reported_key(), suites, root)
                     row[option] = cell.text()
                 out.append(row)
     return out

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fedskew import paths
+from fedskew import metrics, paths
 from fedskew.config import Params, RunConfig
 from fedskew.reproduce.cost import CPU_RATES, data_origin, run_flops, table_runs
 from fedskew.reproduce.layouts import BEST_ROUND_PROTOCOL, STATISTICS, CellSpec, Layout, load_layouts
@@ -42,7 +42,7 @@ class OurCell:
     """Our numbers for one cell (per seed), or why there are none."""
 
     spec: CellSpec
-    seeds: dict[int, float] = field(default_factory=dict)   # seed -> metric (accuracy in %, or loss)
+    seeds: dict[int, float] = field(default_factory=dict)   # seed -> metric, as shown (accuracy in %, a loss)
     diverged_seeds: set[int] = field(default_factory=set)   # seeds whose run diverged (no metric)
     stale_seeds: set[int] = field(default_factory=set)      # seeds whose run is out of date (not used: fedskew.stale)
     not_run: str | None = None
@@ -100,7 +100,7 @@ def not_run_reason(params: Params, spec: CellSpec) -> str:
     source = runs[0].dataset_spec["source"] if runs else None
     if source is None or source in OFFLINE_SOURCES:
         return f"{spec.suite} is not in reproduce.suites"
-    rate = CPU_RATES.get((runs[0].training["model"], source))
+    rate = CPU_RATES.get((runs[0].train.model, source))
     if rate is None:
         return f"needs a GPU; data: {data_origin(source)} ({spec.suite})"
     minutes = sum(run_flops(cfg) for cfg in runs) / len(runs) / (rate * 1e9) / 60
@@ -110,6 +110,8 @@ def not_run_reason(params: Params, spec: CellSpec) -> str:
 
 def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set[str],
               root: Path = Path(".")) -> OurCell:
+    """Our numbers for one cell: `metric` (a final-round summary value, `layouts.paper_table_metrics`) of each
+    seed's run, in the unit pages show it in, at the round or statistic the spec names; or why there are none."""
     if spec.not_run:
         return OurCell(spec, not_run=spec.not_run)
     imported = spec.suite in params.imported_suites
@@ -128,6 +130,7 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
         if not runs:
             reason = f"{len(stale)} of its {wanted} runs out of date" if stale else f"0 of its {wanted} runs imported"
             return OurCell(spec, not_run=f"{reason} ({spec.suite})", stale_seeds=stale)
+    measure = metrics.summary_key(metric)[0]
     cell = OurCell(spec, imported=imported, stale_seeds=stale)
     for cfg in runs:
         record = read_metrics(cfg, root)
@@ -137,12 +140,12 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
         if spec.statistic not in STATISTICS:
             raise ValueError(f"cell {spec}: statistic {spec.statistic!r} is not one of {STATISTICS}")
         if spec.statistic == "best":
-            value = _best_value(cfg, root, spec.round, metric)
+            value = _best_value(cfg, root, spec.round, measure)
         elif spec.round is not None:
-            value = _history_value(cfg, root, spec.round, metric)
+            value = _history_value(cfg, root, spec.round, measure)
         else:
             value = float(record[metric])
-        cell.seeds[cfg.seed] = 100 * value if metric == "final_acc" else value
+        cell.seeds[cfg.seed] = measure.scale.shown(value)
     return cell
 
 
@@ -155,8 +158,8 @@ def _left_out_as_stale(suite: str, root: Path) -> set[str]:
     return {entry["run"] for entry in mark.get("stale", [])} if isinstance(mark, dict) else set()
 
 
-def _history_value(cfg: RunConfig, root: Path, rnd: int, metric: str) -> float:
-    column = {"final_acc": "test_acc", "final_loss": "test_loss"}[metric]
+def _history_value(cfg: RunConfig, root: Path, rnd: int, measure: metrics.Metric) -> float:
+    column = measure.column
     for row in read_history(cfg, root):
         if row["round"] == rnd and column in row:
             return float(row[column])
@@ -164,16 +167,16 @@ def _history_value(cfg: RunConfig, root: Path, rnd: int, metric: str) -> float:
                      f"set eval_every to a divisor of {rnd}")
 
 
-def _best_value(cfg: RunConfig, root: Path, last_round: int | None, metric: str) -> float:
+def _best_value(cfg: RunConfig, root: Path, last_round: int | None, measure: metrics.Metric) -> float:
     """The best evaluated round up to `last_round` (all rounds if None): the highest accuracy, or the
     lowest loss. A statistic of its own, labelled as such: it never replaces the final round."""
-    column = {"final_acc": "test_acc", "final_loss": "test_loss"}[metric]
+    column = measure.column
     values = [float(row[column]) for row in read_history(cfg, root)
               if column in row and row[column] not in ("", None) and (last_round is None or row["round"] <= last_round)]
     if not values:
         raise ValueError(f"{cfg.path(paths.RUN_HISTORY)} has no evaluated round"
                          + (f" up to {last_round}" if last_round is not None else ""))
-    return max(values) if metric == "final_acc" else min(values)
+    return measure.better.best(values)
 
 
 def our_cells(params: Params, layout: Layout, protocol: str | None, root: Path = Path(".")
@@ -233,70 +236,80 @@ def protocol_label(protocol: str | None) -> str:
     return protocol or "main protocol"
 
 
-def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, dict]:
-    """The markdown page and the JSON twin of one paper table."""
-    layout = load_layouts()[table_id]
+def _page_head(layout: Layout, table_id: str) -> list[str]:
+    """The page's title, caption and how to read a cell."""
     table = layout.table
-    unit = "accuracy in %" if layout.metric == "final_acc" else "test loss"
     lines = [f"# {table.source} — ours beside the paper's", "",
              f"*{table.caption}*", "",
-             f"Each cell: fedskew's final-round {unit} (mean ± sample std over seeds, n), the paper's value, and "
-             "Δ = ours − paper, at the paper's precision (or 3 significant digits where that is finer). "
-             "`not run` says why a cell has no number here. Built from the run files by "
+             f"Each cell: fedskew's final-round {layout.measure.described} (mean ± sample std over seeds, n), the "
+             "paper's value, and Δ = ours − paper, at the paper's precision (or 3 significant digits where that is "
+             "finer). `not run` says why a cell has no number here. Built from the run files by "
              f"`snakemake --cores all results/papers/{table_id}.md`.", ""]
     if any(layout.cell(r, c).derived for r in table.rows for c in table.columns):
         lines[-1:-1] = ["", "A row or column the paper computes from others (a difference, an average) is computed "
                         "the same way for each seed from our cells it names, then mean ± sample std over seeds: "
                         "a difference row is the paired per-seed difference."]
-    record = {"table": table_id, "source": table.source, "caption": table.caption, "metric": layout.metric,
-              "protocols": {}}
-    for protocol in (None, *layout.protocols):
-        cells = our_cells(params, layout, protocol, root)
-        label = protocol_label(protocol)
-        if protocol == BEST_ROUND_PROTOCOL:
-            best = "highest test accuracy" if layout.metric == "final_acc" else "lowest test loss"
-            lines += [f"## Sensitivity: {label}", "",
-                      f"Every cell of the main protocol read at its run's best evaluated round ({best}; runs are "
-                      "evaluated every `eval_every` rounds) instead of the final one. The paper does not say which "
-                      "round it reports. Picking the best round inflates numbers, most where seeds vary most: this "
-                      "statistic is labelled as such and never replaces the final round above.", ""]
-        elif protocol is not None:
-            lines += [f"## Sensitivity: {label}", "",
-                      "The same cells under a protocol the paper leaves open; — marks a cell this protocol "
-                      "does not cover.", ""]
-        else:
-            lines += [f"## {label.capitalize()}", ""]
-        header = ["", *table.columns]
-        silent = protocol is not None and not any(cell.n for cell in cells.values())
-        if silent:  # a sensitivity protocol none of whose cells runs here: one line, not a grid of "not run"
-            lines += ["No cell of this protocol has been run (its suites are not in `reproduce.suites`).", ""]
-        else:
-            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        out_cells = []
-        for row in (*table.rows, *layout.extra_rows):
-            texts = []
-            for column in table.columns:
-                ours = cells[(row, column)]
-                paper = table.cells.get((row, column))
-                paper_text = paper.text if paper is not None else None
-                d = delta(ours, paper.value if paper is not None else None)
-                if protocol is not None and _uncovered(ours):
-                    texts.append("—")  # the sensitivity protocol does not cover this cell
-                else:
-                    texts.append(_cell_md(ours, paper_text, d, table.decimals))
-                out_cells.append({"row": row, "column": column, "paper": paper.value if paper else None,
-                                  "paper_pm": paper.pm if paper else None, "ours_mean": ours.mean,
-                                  "ours_std": ours.std, "n": ours.n, "seeds": ours.seeds,
-                                  "diverged": ours.diverged, "delta": d, "not_run": ours.not_run,
-                                  "spec": asdict(ours.spec),
-                                  **({"stale": sorted(ours.stale_seeds)} if ours.stale_seeds else {})})
-            name = row if row in table.rows else f"{row} *(fedskew only)*"
-            if not silent:
-                lines.append("| " + " | ".join([name, *texts]) + " |")
-        if not silent:
-            lines.append("")
-        record["protocols"][label] = [] if silent else out_cells  # nothing ran: the main protocol lists the runs
-    lines += ["## Protocol", ""]
+    return lines
+
+
+def _protocol_heading(layout: Layout, protocol: str | None) -> list[str]:
+    """The heading of one protocol's grid, and what the protocol changes."""
+    label = protocol_label(protocol)
+    if protocol == BEST_ROUND_PROTOCOL:
+        best = f"{layout.measure.better.superlative} {layout.measure.label}"
+        return [f"## Sensitivity: {label}", "",
+                f"Every cell of the main protocol read at its run's best evaluated round ({best}; runs are "
+                "evaluated every `eval_every` rounds) instead of the final one. The paper does not say which "
+                "round it reports. Picking the best round inflates numbers, most where seeds vary most: this "
+                "statistic is labelled as such and never replaces the final round above.", ""]
+    if protocol is not None:
+        return [f"## Sensitivity: {label}", "",
+                "The same cells under a protocol the paper leaves open; — marks a cell this protocol "
+                "does not cover.", ""]
+    return [f"## {label.capitalize()}", ""]
+
+
+def _cell_record(row: str, column: str, ours: OurCell, paper, d: float | None) -> dict:
+    """One cell in the JSON twin: the paper's value, ours per seed and summarised, and the spec it reads."""
+    return {"row": row, "column": column, "paper": paper.value if paper else None,
+            "paper_pm": paper.pm if paper else None, "ours_mean": ours.mean,
+            "ours_std": ours.std, "n": ours.n, "seeds": ours.seeds,
+            "diverged": ours.diverged, "delta": d, "not_run": ours.not_run,
+            "spec": asdict(ours.spec),
+            **({"stale": sorted(ours.stale_seeds)} if ours.stale_seeds else {})}
+
+
+def _protocol_grid(layout: Layout, protocol: str | None, cells: dict[tuple[str, str], OurCell]
+                   ) -> tuple[list[str], list[dict]]:
+    """One protocol's grid (markdown lines) and its cells' records; a sensitivity protocol none of whose cells
+    runs here is one line, not a grid of "not run", and no records (the main protocol lists the runs)."""
+    table = layout.table
+    if protocol is not None and not any(cell.n for cell in cells.values()):
+        return ["No cell of this protocol has been run (its suites are not in `reproduce.suites`).", ""], []
+    header = ["", *table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    records = []
+    for row in (*table.rows, *layout.extra_rows):
+        texts = []
+        for column in table.columns:
+            ours = cells[(row, column)]
+            paper = table.cells.get((row, column))
+            d = delta(ours, paper.value if paper is not None else None)
+            if protocol is not None and _uncovered(ours):
+                texts.append("—")  # the sensitivity protocol does not cover this cell
+            else:
+                texts.append(_cell_md(ours, paper.text if paper is not None else None, d, table.decimals))
+            records.append(_cell_record(row, column, ours, paper, d))
+        name = row if row in table.rows else f"{row} *(fedskew only)*"
+        lines.append("| " + " | ".join([name, *texts]) + " |")
+    return [*lines, ""], records
+
+
+def _protocol_notes(params: Params, layout: Layout, record: dict, root: Path) -> list[str]:
+    """The page's last sections: the suites its cells read (imported ones with their machines), the suites not
+    in the reproduction, and the layout's and the transcription's notes."""
+    table_id = layout.table.id
+    lines = ["## Protocol", ""]
     suites = sorted({c["spec"]["suite"] for cells in record["protocols"].values() for c in cells
                      if c["spec"]["suite"] and not c["not_run"]})
     for suite in suites:
@@ -317,10 +330,25 @@ def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, 
                      "whether its runs need a GPU or train on a CPU, and where its data comes from; add a "
                      "suite to `reproduce.suites` in params.yaml and the same target trains it and fills its "
                      "cells (`python -m fedskew cost` gives each table's compute).")
-    if layout.notes or table.notes:
+    if layout.notes or layout.table.notes:
         lines += ["", "## Notes", ""]
         lines += [f"- {note}" for note in layout.notes]
-        lines += [f"- Transcription: {note}" for note in table.notes]
+        lines += [f"- Transcription: {note}" for note in layout.table.notes]
+    return lines
+
+
+def render(params: Params, table_id: str, root: Path = Path(".")) -> tuple[str, dict]:
+    """The markdown page and the JSON twin of one paper table: a grid per protocol, then the protocol notes."""
+    layout = load_layouts()[table_id]
+    table = layout.table
+    lines = _page_head(layout, table_id)
+    record = {"table": table_id, "source": table.source, "caption": table.caption, "metric": layout.metric,
+              "protocols": {}}
+    for protocol in (None, *layout.protocols):
+        grid, cells = _protocol_grid(layout, protocol, our_cells(params, layout, protocol, root))
+        lines += [*_protocol_heading(layout, protocol), *grid]
+        record["protocols"][protocol_label(protocol)] = cells
+    lines += _protocol_notes(params, layout, record, root)
     return "\n".join(lines) + "\n", record
 
 

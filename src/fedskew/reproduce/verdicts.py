@@ -1,8 +1,9 @@
 """The claims' verdicts: each claim of `claim` judged on the paper's printed numbers and on fedskew's runs.
 
 Second of the claims ledger's three modules (claim ← verdicts ← ledger): it judges numbers and
-writes no text; `ledger` renders what it returns (`evaluate_all`). The evidence beside the verdicts
-(offline proxies, missing-class readings) is in `side_evidence`, on the same cell sources.
+writes no text; `ledger` renders what it returns (`evaluate_all`). The numbers it judges come from
+`cell_sources` (the paper's printed cells, or ours per seed). The evidence beside the verdicts (offline
+proxies, missing-class readings) is in `side_evidence`, on the same cell sources.
 
 Verdicts on fedskew's runs come from paired per-seed effects (method − baseline on the same
 seed) and their 95 % t-interval (`fedskew.reproduce.policy.judge`): **reproduced** when the
@@ -22,14 +23,13 @@ gap claims with the same interval rule and are reported apart, by the setting th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from fedskew.config import Params
+from fedskew.reproduce.cell_sources import CellSource, OursSource, PaperSource, combined_effect, mean_value
 from fedskew.reproduce.claim import CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, load_claims
 from fedskew.reproduce.layouts import load_layouts
-from fedskew.reproduce.paper_tables import PaperTable, load_paper_table
+from fedskew.reproduce.paper_tables import load_paper_table
 from fedskew.reproduce.policy import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -39,69 +39,8 @@ from fedskew.reproduce.policy import (
     Effect,
     judge,
     load_policy,
-    paired_effect,
-    point_effect,
 )
-from fedskew.reproduce.tables import OurCell, our_cells, protocol_label
-
-
-# ------------------------------------------------------------------ where the numbers come from
-class CellSource(Protocol):
-    """The numbers of a table's cells: the paper's printed ones, or ours per seed."""
-
-    point: bool      # True: one printed number per cell, compared as points at the printed precision
-    decimals: int    # the paper's printed precision
-
-    def values(self, row: str, column: str) -> dict[int, float] | None:
-        """seed -> value (the paper: {0: printed value}); None where the cell has no number."""
-
-    def diverged(self, row: str, column: str) -> list[int]:
-        """The seeds whose run of this cell diverged (none for the paper's printed numbers)."""
-
-
-@dataclass
-class PaperSource:
-    table: PaperTable
-    point: bool = True
-
-    @property
-    def decimals(self) -> int:
-        return self.table.decimals
-
-    def values(self, row: str, column: str) -> dict[int, float] | None:
-        value = self.table.value(row, column)
-        return None if value is None else {0: value}
-
-    def diverged(self, row: str, column: str) -> list[int]:
-        return []
-
-
-@dataclass
-class OursSource:
-    cells: dict[tuple[str, str], OurCell]
-    decimals: int
-    point: bool = False
-
-    def values(self, row: str, column: str) -> dict[int, float] | None:
-        cell = self.cells[(row, column)]
-        return dict(cell.seeds) if cell.seeds else None
-
-    def diverged(self, row: str, column: str) -> list[int]:
-        return sorted(self.cells[(row, column)].diverged_seeds)
-
-
-def combined_effect(source: CellSource, terms: list[tuple[float, dict[int, float]]]) -> Effect | None:
-    """The effect Σ coefficient · cell, paired per seed (seeds every cell has), or a printed point."""
-    if source.point:
-        return point_effect(sum(c * v[0] for c, v in terms), source.decimals)
-    common = set.intersection(*(set(v) for _, v in terms))
-    if not common:
-        return None
-    return paired_effect([sum(c * v[k] for c, v in terms) for k in sorted(common)])
-
-
-def mean_value(values: dict[int, float]) -> float:
-    return sum(values.values()) / len(values)
+from fedskew.reproduce.tables import our_cells, protocol_label
 
 
 # ------------------------------------------------------------------ combining verdicts
@@ -182,8 +121,8 @@ def _gap_part(claim: Claim, source: CellSource, label: str, subject_terms, basel
     else:  # show the closest call: the lowest lower bound
         deciding = min(judged, key=lambda b: (judged[b][0].low if judged[b][0].low is not None
                                               else judged[b][0].mean))
-    return {"label": label, "verdict": verdict, "vs": deciding, "effect": effect_record(judged[deciding][0]),
-            "baselines": {b: {"verdict": v, **effect_record(e)} for b, (e, v) in judged.items()},
+    return {"label": label, "verdict": verdict, "vs": deciding, "effect": judged[deciding][0].record(),
+            "baselines": {b: {"verdict": v, **e.record()} for b, (e, v) in judged.items()},
             "baselines_missing": missing}
 
 
@@ -267,8 +206,8 @@ def _judge_line(claim: Claim, source: CellSource, series: list[list[tuple[float,
     # the line's points as printed / as our means (for reading; the judgement uses the paired effects)
     points = [sum(c * mean_value(v) for c, v in terms) for terms in series]
     return {"label": label, "verdict": verdict, "strict": strict, "series": points, "direction": direction,
-            "net": effect_record(net), "step_verdicts": step_verdicts,
-            "steps": [effect_record(s) for s in steps], "worst_step": worst,
+            "net": net.record(), "step_verdicts": step_verdicts,
+            "steps": [s.record() for s in steps], "worst_step": worst,
             "within_tolerance": verdict == REPRODUCED and strict != REPRODUCED}
 
 
@@ -315,11 +254,6 @@ def _evaluate_trend(claim: Claim, source: CellSource, factor: float) -> dict:
     if lines and len(lines) < len(labels):
         out["detail"] = f"{len(lines)} of {len(labels)} lines run"
     return out
-
-
-def effect_record(effect: Effect) -> dict:
-    return {"mean": effect.mean, "low": effect.low, "high": effect.high, "n": None if effect.point else effect.n}
-
 
 
 # ------------------------------------------------------------------ the paper's own numbers

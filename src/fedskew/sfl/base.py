@@ -1,60 +1,60 @@
-"""What every split-federated method shares: the round's shape and its building blocks.
+"""What every split-federated method shares: the round's shape, its network and its building blocks.
 
 A round of split FL (SCALA §3.1.2, Algorithm 2, and the SplitFed family):
 
 1. the server samples clients (the engine's schedule, the same as for FL methods) and
-   sends each the client part w_c (counted as `down_weights`);
+   sends each the client part w_c (`SplitRound.send_weights_down`);
 2. for T = `local_iterations` iterations, each participating client k draws a minibatch
    of B_k samples (`minibatch_sizes`: SCALA Eq. 3 with B = `server_batch`; every SFL
    method here uses it, so that the methods differ only in what their papers change),
    computes activations A_k of its client part and sends them with their labels
-   (`up_activations`, `up_labels`); the server runs its part and, except in
-   SFLLocalLoss, returns ∇_{A_k} (`down_gradients`); the client back-propagates and steps;
-3. the clients send their client parts (`up_weights`) and the server aggregates.
+   (`send_activations_up`); the server runs its part and, except in SFLLocalLoss,
+   returns ∇_{A_k} (`send_gradients_down`); the client back-propagates and steps;
+3. the clients send their client parts (`send_weights_up`) and the server aggregates.
 
-A method implements `run_round`. Every client part and every per-client server copy
-is a `PartCopy`: a dict of tensors run through the shared module with
-`torch.func.functional_call`, so a round holds one copy per *participant* (never one
-per registered client) and the model object itself is never mutated.
-
-With `training.execution` vectorised (or auto on a GPU), a method that declares
-`vectorised_clients` runs its participants' client parts at once (`StackedClientParts`):
-their parameters stacked along a leading client dimension, one forward under `vmap` over
-the minibatches padded to the largest B_k, one backward, one SGD update of the stack.
-The server side is unchanged. The minibatches are the same, so the two paths agree to
-float round-off. `ClientParts` and `StackedClientParts` share one interface (forward a
-list of per-client inputs, backward their activations' gradients, step, states).
+A method implements one hook, `run_round(rnd) -> RoundResult`, from four helpers of
+`SplitAlgorithm` (`client_parts`, `server_part`, `minibatches`, `result`) and the round's
+own pieces (`SplitRound`: inputs, the four sends, `average`, `loss_sums`); docs/methods.md
+shows each with an example. Each send counts what it sends in the round's `Traffic`, so a
+method never counts bytes itself. The parts themselves (`PartCopy`, `ClientParts`,
+`StackedClientParts`) are in fedskew.sfl.parts; vanilla split learning's steps, which the
+SplitFed methods share, in fedskew.sfl.vanilla.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar, TypeVar
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.func import functional_call, vmap
 
-from fedskew.fl.base import (
-    Algorithm,
-    ClientContext,
-    RoundResult,
-    StateDict,
-    TrainingSettings,
-    local_optimizer,
-    weighted_average,
-)
-from fedskew.fl.losses import logit_adjusted_cross_entropy
+from fedskew.families import Family
+from fedskew.fl.base import Algorithm, ClientContext, RoundResult, StateDict
+from fedskew.fl.server_math import weighted_average
+from fedskew.fl.traffic import Traffic
 from fedskew.models.split import SplitView
-from fedskew.numerics.sgd import sgd_update
+from fedskew.sfl.parts import ClientParts, PartCopy, StackedClientParts
+
+__all__ = ["BatchStream", "SplitAlgorithm", "SplitRound", "minibatch_sizes", "split_traffic"]
+
+Activations = TypeVar("Activations", torch.Tensor, list[torch.Tensor])
+
+
+def split_traffic() -> Traffic:
+    """The kinds every split round reports, whether or not its method sends them (SplitFedV3 sends no weights,
+    SFLLocalLoss no gradients)."""
+    return Traffic(down=("weights", "gradients"), up=("activations", "labels", "weights"))
 
 
 @dataclass
 class SplitRound:
-    """Everything a split method needs for one round."""
+    """One round of a split method: what it starts from, and the network its tensors cross.
+
+    The engine makes one per round. Each `send_*` returns what it was given (as the receiver
+    gets it) and counts its bytes in `traffic`, the round's `RoundResult.traffic`.
+    """
 
     round: int
     view: SplitView
@@ -65,10 +65,40 @@ class SplitRound:
     generator: torch.Generator        # the server's randomness of this round (e.g. SplitFedV2's order)
     augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None  # training.augmentation
     vectorised: bool = False          # the participants' client parts train at once (StackedClientParts)
+    traffic: Traffic = field(default_factory=split_traffic, init=False, repr=False)
 
     def inputs(self, batch: torch.Tensor, client: ClientContext) -> torch.Tensor:
         """A client's training inputs for `batch`, augmented with the client's own generator."""
         return self.x[batch] if self.augment is None else self.augment(self.x[batch], client.generator)
+
+    def average(self, states: list[StateDict]) -> StateDict:
+        """SCALA Eq. 10: the participants' states (one each, in client order) averaged weighted by |D_k|."""
+        return weighted_average(states, [c.num_samples for c in self.clients])
+
+    def loss_sums(self) -> list[torch.Tensor]:
+        """One running loss per participant, on the data's device (one sync per round, not per step)."""
+        return [torch.zeros((), device=self.x.device) for _ in self.clients]
+
+    # ------------------------------------------------------------ what crosses the network
+    def send_weights_down(self, state: StateDict) -> StateDict:
+        """The server sends `state` (the client part, an auxiliary head) to every participant."""
+        return self.traffic.send_down("weights", state, copies=len(self.clients))
+
+    def send_activations_up(self, activations: Activations, labels: Activations) -> Activations:
+        """Clients send activations (one tensor, or one per client) with their labels; the server receives them
+        detached, so its graph starts at them (it marks them `requires_grad_` to take ∇_A)."""
+        self.traffic.send_up("labels", labels)
+        received = activations.detach() if isinstance(activations, torch.Tensor) \
+            else [a.detach() for a in activations]
+        return self.traffic.send_up("activations", received)
+
+    def send_gradients_down(self, gradients: Activations) -> Activations:
+        """The server returns ∇_A (one tensor, or one per client) to the clients that sent the activations."""
+        return self.traffic.send_down("gradients", gradients)
+
+    def send_weights_up(self, states: list[StateDict]) -> list[StateDict]:
+        """Every participant sends its trained state (client part, auxiliary head) to the server."""
+        return self.traffic.send_up("weights", states)
 
 
 def minibatch_sizes(client_sizes: list[int], batch_size: int) -> list[int]:
@@ -102,122 +132,10 @@ class BatchStream:
         return batch
 
 
-class PartCopy:
-    """One copy of a model part (a client's client part, a per-client server copy) with its optimiser."""
-
-    def __init__(self, module: nn.Module, state: StateDict, settings: TrainingSettings):
-        self.module = module
-        names = [name for name, _ in module.named_parameters()]
-        self.state = {key: value.detach().clone() for key, value in state.items()}
-        self.parameters = [self.state[name].requires_grad_(True) for name in names]
-        self.optimizer = local_optimizer(self.parameters, settings)
-
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.module, self.state, (inputs,))
-
-    def step(self) -> None:
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def detached_state(self) -> StateDict:
-        return {key: value.detach().clone() for key, value in self.state.items()}
-
-
-class ClientParts:
-    """The participants' client parts, one `PartCopy` each, trained one after another."""
-
-    def __init__(self, copies: list[PartCopy]) -> None:
-        self.copies = copies
-
-    def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [copy(x) for copy, x in zip(self.copies, inputs)]
-
-    def backward(self, activations: list[torch.Tensor], gradients: list[torch.Tensor]) -> None:
-        for activation, gradient in zip(activations, gradients):
-            activation.backward(gradient)
-
-    def step(self) -> None:
-        for copy in self.copies:
-            copy.step()
-
-    def states(self) -> list[StateDict]:
-        return [copy.detached_state() for copy in self.copies]
-
-
-class StackedClientParts:
-    """The participants' client parts trained at once: each parameter stacked along a leading client
-    dimension, the shared module run per client under `vmap`, one SGD update of the stack.
-
-    A forward pads the clients' minibatches (B_k rows each) to the largest with zero rows and
-    returns each client's activations as a view of its real rows; padded rows receive no
-    gradient, so they change nothing. Buffers are shared (the client part must not update
-    them: no batch normalisation, see `stacked_blocker`).
-    """
-
-    def __init__(self, module: nn.Module, states: list[StateDict], settings: TrainingSettings) -> None:
-        self.names = [name for name, _ in module.named_parameters()]
-        self.keys = list(states[0])
-        self.buffers = {key: value for key, value in states[0].items() if key not in self.names}
-        self.parameters = [torch.stack([state[name].detach() for state in states]).requires_grad_(True)
-                           for name in self.names]
-        self.momentum: list[torch.Tensor | None] = [None] * len(self.parameters)
-        self.settings = settings
-
-        def forward_one(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-            return functional_call(module, ({**dict(zip(self.names, params)), **self.buffers}), (x,))
-
-        self._forward = vmap(forward_one)
-
-    def forward(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        rows = max(len(x) for x in inputs)
-        padded = torch.stack([x if len(x) == rows else torch.cat([x, x.new_zeros((rows - len(x), *x.shape[1:]))])
-                              for x in inputs])
-        out = self._forward(self.parameters, padded)
-        return [out[k, :len(x)] for k, x in enumerate(inputs)]
-
-    def backward(self, activations: list[torch.Tensor], gradients: list[torch.Tensor]) -> None:
-        torch.autograd.backward(activations, gradients)  # one backward pass through the stacked graph
-
-    def step(self) -> None:
-        s = self.settings
-        sgd_update(self.parameters, [p.grad for p in self.parameters], self.momentum,
-                   lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
-        for p in self.parameters:
-            p.grad = None
-
-    def states(self) -> list[StateDict]:
-        stacked = dict(zip(self.names, self.parameters))
-        return [{key: stacked[key][k].detach().clone() if key in stacked else self.buffers[key].clone()
-                 for key in self.keys} for k in range(len(self.parameters[0]) if self.parameters else 0)]
-
-
-def stacked_blocker(module: nn.Module) -> str | None:
-    """Why a client part cannot train stacked, or None if it can."""
-    for layer in module.modules():
-        if isinstance(layer, nn.modules.batchnorm._BatchNorm):
-            return "its client part has batch normalisation, whose batch statistics would include padded rows"
-        if isinstance(layer, nn.modules.dropout._DropoutNd):
-            return "its client part has dropout, which a split client part draws from torch's global generator"
-    return None
-
-
-def tensor_bytes(*tensors: torch.Tensor) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def state_bytes(state: StateDict) -> int:
-    return sum(tensor_bytes(v) for v in state.values())
-
-
-def adjusted_cross_entropy(logits: torch.Tensor, y: torch.Tensor, counts: torch.Tensor | None) -> torch.Tensor:
-    """Cross entropy with logits adjusted by log P(y) from `counts` (SCALA Eq. 14/15); plain CE for None."""
-    return F.cross_entropy(logits, y) if counts is None else logit_adjusted_cross_entropy(logits, y, counts)
-
-
 class SplitAlgorithm(Algorithm):
     """The base of split-federated methods: the engine calls `run_round` once per round."""
 
-    family: ClassVar[str] = "split"
+    family: ClassVar[Family] = Family.SPLIT
     # Whether the round trains its client parts through `client_parts`, and so can stack them.
     vectorised_clients: ClassVar[bool] = False
     # SCALA §5.1: T = 5 local iterations per round, B = 320 samples per iteration at the server,
@@ -227,104 +145,37 @@ class SplitAlgorithm(Algorithm):
     hyperparameters = {"local_iterations": 5, "server_batch": 320}
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
+        """The method: one round from `rnd.global_state` to the round's result (`result`)."""
         raise NotImplementedError
 
     # ----------------------------------------------------------------- helpers
-    def client_copies(self, rnd: SplitRound, state: StateDict | None = None) -> list[PartCopy]:
-        """One copy of the client part per participant, from `state` (default: the global client part)."""
-        state = rnd.view.client_state(rnd.global_state) if state is None else state
-        return [PartCopy(rnd.view.client, state, self.settings) for _ in rnd.clients]
+    def client_parts(self, rnd: SplitRound, held: list[StateDict] | None = None) -> ClientParts | StackedClientParts:
+        """The participants' client parts, ready to train: the global client part, sent down to every participant,
+        or the parts they already hold (`held`, one per participant: SplitFedV3's personal parts, never sent).
+        Stacked when the round is vectorised and the method declares `vectorised_clients`."""
+        if held is None:
+            held = [rnd.send_weights_down(rnd.view.client_state(rnd.global_state))] * len(rnd.clients)
+        if rnd.vectorised and self.vectorised_clients:
+            return StackedClientParts(rnd.view.client, held, self.settings)
+        return ClientParts([PartCopy(rnd.view.client, state, self.settings) for state in held])
 
-    def client_parts(self, rnd: SplitRound, states: list[StateDict] | None = None) -> ClientParts | StackedClientParts:
-        """The participants' client parts, from `states` (one per participant; default: the global client part
-        for each), stacked when the round is vectorised."""
-        if states is None:
-            states = [rnd.view.client_state(rnd.global_state)] * len(rnd.clients)
-        if rnd.vectorised:
-            return StackedClientParts(rnd.view.client, states, self.settings)
-        return ClientParts([PartCopy(rnd.view.client, state, self.settings) for state in states])
-
-    def server_copy(self, rnd: SplitRound) -> PartCopy:
-        """A copy of the global server part (SCALA and SplitFedV2 train one, V1/V3 one per client)."""
+    def server_part(self, rnd: SplitRound) -> PartCopy:
+        """A copy of the global server part, ready to train (SCALA and SplitFedV2 train one, V1/V3 one per client)."""
         return PartCopy(rnd.view.server, rnd.view.server_state(rnd.global_state), self.settings)
 
-    @staticmethod
-    def loss_sums(rnd: SplitRound) -> list[torch.Tensor]:
-        """One running loss per participant, on the data's device (one sync per round, not per step)."""
-        return [torch.zeros((), device=rnd.x.device) for _ in rnd.clients]
-
-    def streams(self, rnd: SplitRound) -> tuple[list[BatchStream], list[int]]:
+    def minibatches(self, rnd: SplitRound) -> list[BatchStream]:
+        """Each participant's minibatches of the round, B_k samples each (Eq. 3 with B = `server_batch`)."""
         sizes = minibatch_sizes([c.num_samples for c in rnd.clients], int(self.hp["server_batch"]))
-        return [BatchStream(c, b) for c, b in zip(rnd.clients, sizes)], sizes
+        return [BatchStream(c, b) for c, b in zip(rnd.clients, sizes)]
 
-    def train_with_server_copies(self, rnd: SplitRound, workers: ClientParts | StackedClientParts,
-                                 servers: list[PartCopy], traffic: dict[str, int]) -> list[torch.Tensor]:
-        """T iterations in which client k trains with its own server copy k (SplitFedV1, V3).
-
-        The pairs are independent, so the order they step in does not matter: every client part
-        forwards, then each server copy takes its step (in client order, so a server part's dropout
-        draws from the round's generator in the same order whether the client parts are stacked or
-        not), then every client part back-propagates the gradient its server copy returned.
-        """
-        streams, _ = self.streams(rnd)
-        loss_sums = self.loss_sums(rnd)
-        for _ in range(self.hp["local_iterations"]):
-            batches = [stream.next() for stream in streams]
-            activations = workers.forward([rnd.inputs(b, s.client) for b, s in zip(batches, streams)])
-            gradients = []
-            for server, activation, batch, loss_sum in zip(servers, activations, batches, loss_sums):
-                loss, gradient = server_step(server, activation, rnd.y[batch], traffic)
-                loss_sum += loss
-                gradients.append(gradient)
-            workers.backward(activations, gradients)
-            workers.step()
-        return loss_sums
-
-    @staticmethod
-    def average(states: list[StateDict], clients: list[ClientContext]) -> StateDict:
-        """Eq. 10: average weighted by |D_k| over the participants."""
-        return weighted_average(states, [c.num_samples for c in clients])
-
-    @staticmethod
-    def result(rnd: SplitRound, global_state: StateDict, loss_sums: list[torch.Tensor], steps: int,
-               traffic: dict[str, int]) -> RoundResult:
+    def result(self, rnd: SplitRound, client_part: StateDict, server_part: StateDict,
+               loss_sums: list[torch.Tensor]) -> RoundResult:
+        """The round's result: the new global model from its two parts, each participant's mean loss over the
+        T iterations (`loss_sums`, in client order), and the traffic the round's sends counted."""
+        steps = max(int(self.hp["local_iterations"]), 1)
         return RoundResult(
-            global_state=global_state,
-            client_losses={c.client_id: float(s) / max(steps, 1) for c, s in zip(rnd.clients, loss_sums)},
+            global_state=rnd.view.full_state(client_part, server_part),
+            client_losses={c.client_id: float(s) / steps for c, s in zip(rnd.clients, loss_sums)},
             client_samples={c.client_id: c.num_samples for c in rnd.clients},
-            traffic=traffic,
+            traffic=rnd.traffic.counts(),
         )
-
-
-def split_step(worker: PartCopy, server: PartCopy, x: torch.Tensor, y: torch.Tensor,
-               traffic: dict[str, int]) -> torch.Tensor:
-    """One step of vanilla split learning for one client: activations up, ∇_A down, both parts step.
-
-    Returns the (detached) cross-entropy loss.
-    """
-    activations = worker(x)
-    loss, gradient = server_step(server, activations, y, traffic)
-    activations.backward(gradient)
-    worker.step()
-    return loss
-
-
-def server_step(server: PartCopy, activation: torch.Tensor, y: torch.Tensor,
-                traffic: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The server side of vanilla split learning for one client: its activations in, cross entropy, a step.
-
-    Returns the (detached) loss and ∇_A, the gradient sent back, taken with the server
-    weights before the step (as in SCALA Eq. 8).
-    """
-    received = activation.detach().requires_grad_(True)
-    loss = F.cross_entropy(server(received), y)
-    loss.backward()  # gradients of the server part and of the received activations, with w_s^t
-    server.step()
-    traffic["up_activations"] += tensor_bytes(received)
-    traffic["up_labels"] += tensor_bytes(y)
-    traffic["down_gradients"] += tensor_bytes(received.grad)
-    return loss.detach(), received.grad
-
-
-def new_traffic() -> dict[str, int]:
-    return {"down_weights": 0, "up_activations": 0, "up_labels": 0, "down_gradients": 0, "up_weights": 0}

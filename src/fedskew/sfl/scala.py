@@ -28,24 +28,29 @@ Choices where the paper is silent (all recorded in docs/split-learning.md):
 Ablations (SCALA §3 and Table 5's components), selectable by name:
 `scala_concat` is Algorithm 1 (concatenated activations, plain cross entropy for the
 server step and for G_k); `scala_server_la` adjusts by P_s on the server only, and G_k
-comes from that same server loss (restricted to client k's samples).
+comes from that same server loss (restricted to client k's samples). Each is a choice of
+`SCALALoss` for the two losses.
 """
 
 from __future__ import annotations
 
+from enum import Enum
+
 import torch
+import torch.nn.functional as F
 
 from fedskew.fl.base import ClientContext, RoundResult
-from fedskew.fl.losses import MissingClassTreatment
-from fedskew.sfl.base import (
-    PartCopy,
-    SplitAlgorithm,
-    SplitRound,
-    adjusted_cross_entropy,
-    new_traffic,
-    state_bytes,
-    tensor_bytes,
-)
+from fedskew.fl.losses import MissingClassTreatment, logit_adjusted_cross_entropy
+from fedskew.sfl.base import SplitAlgorithm, SplitRound
+from fedskew.sfl.parts import PartCopy
+
+
+class SCALALoss(Enum):
+    """A loss of SCALA's round: cross entropy of the logits adjusted by the log of a label prior, or plain."""
+
+    CLIENT_PRIOR = "Eq. 15: log P_k, the client's own label distribution (its `missing_classes` treatment)"
+    SERVER_PRIOR = "Eq. 14: log P_s, the label distribution of the round's participants' data pooled"
+    PLAIN_CROSS_ENTROPY = "no adjustment: plain cross entropy (Algorithm 1)"
 
 
 class ConcatenatedActivationsRound(SplitAlgorithm):
@@ -55,61 +60,60 @@ class ConcatenatedActivationsRound(SplitAlgorithm):
     the one that adjusts by P_k, declares `missing_classes`.
     """
 
-    server_adjusted = True      # Eq. 14 for the server step
-    client_prior = "client"     # G_k from Eq. 15 ("client"), Eq. 14 ("server") or plain CE ("none")
-    vectorised_clients = True   # the client parts may train stacked (training.execution)
+    server_loss = SCALALoss.SERVER_PRIOR    # the server step's loss (Eq. 14 in Eq. 7)
+    gradient_loss = SCALALoss.CLIENT_PRIOR  # the loss whose ∇_{A_k} is G_k (Eq. 15 in Eq. 8)
+    vectorised_clients = True               # the client parts may train stacked (training.execution)
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
-        view, clients = rnd.view, rnd.clients
-        server = self.server_copy(rnd)
-        workers = self.client_parts(rnd)
-        streams, _ = self.streams(rnd)
+        clients = rnd.clients
+        server = self.server_part(rnd)
+        parts = self.client_parts(rnd)
+        batches = self.minibatches(rnd)
         server_counts = torch.stack([c.label_counts for c in clients]).sum(dim=0)
-        loss_sums = self.loss_sums(rnd)
-        traffic = new_traffic()
-        traffic["down_weights"] = len(clients) * state_bytes(view.client_state(rnd.global_state))
+        loss_sums = rnd.loss_sums()
         for _ in range(self.hp["local_iterations"]):
-            batches = [stream.next() for stream in streams]
-            activations = workers.forward([rnd.inputs(b, c) for b, c in zip(batches, clients)])
-            # What crosses the network: detached copies; the server's graph starts at them.
-            received = [a.detach().requires_grad_(True) for a in activations]
-            labels = [rnd.y[b] for b in batches]
+            drawn = [stream.next() for stream in batches]
+            activations = parts.forward([rnd.inputs(b, c) for b, c in zip(drawn, clients)])
+            labels = [rnd.y[b] for b in drawn]
+            received = [a.requires_grad_(True) for a in rnd.send_activations_up(activations, labels)]
             gradients, client_losses = self.server_iteration(server, received, labels, clients, server_counts)
-            workers.backward(activations, gradients)
-            workers.step()
+            parts.backward(activations, rnd.send_gradients_down(gradients))
+            parts.step()
             for loss_sum, loss in zip(loss_sums, client_losses):
-                loss_sum += loss.detach()
-            traffic["up_activations"] += tensor_bytes(*received)
-            traffic["up_labels"] += tensor_bytes(*labels)
-            traffic["down_gradients"] += tensor_bytes(*gradients)
-        client_states = workers.states()
-        traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
-        global_state = view.full_state(self.average(client_states, clients), server.detached_state())
-        return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)
+                loss_sum += loss
+        client_part = rnd.average(rnd.send_weights_up(parts.states()))
+        return self.result(rnd, client_part, server.detached_state(), loss_sums)
 
     def server_iteration(self, server: PartCopy, received: list[torch.Tensor], labels: list[torch.Tensor],
                          clients: list[ClientContext], server_counts: torch.Tensor
-                         ) -> tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]:
+                         ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Lines 14–16 of Algorithm 2: forward the concatenation, G_k with w_s^t, then the server step.
 
-        Returns G_k for every client and each client's loss l(w_s^t; A_k, Y_k).
+        Returns G_k for every client and each client's (detached) loss l(w_s^t; A_k, Y_k).
         """
         logits = server(torch.cat(received))
-        server_loss = adjusted_cross_entropy(logits, torch.cat(labels),
-                                             server_counts if self.server_adjusted else None)
+        step_loss = self.cross_entropy(self.server_loss, logits, torch.cat(labels), None, server_counts)
         # G_k (Eq. 8 with Eq. 15) with w_s^t: computed before the server steps (Eq. 7).
         sizes = [len(y) for y in labels]
-        client_losses = [adjusted_cross_entropy(z, y, self._client_counts(c, server_counts))
+        client_losses = [self.cross_entropy(self.gradient_loss, z, y, c, server_counts)
                          for z, y, c in zip(logits.split(sizes), labels, clients)]
         gradients = torch.autograd.grad(sum(client_losses), received, retain_graph=True)
-        torch.autograd.backward(server_loss, inputs=server.parameters)
+        torch.autograd.backward(step_loss, inputs=server.parameters)
         server.step()
-        return gradients, [loss.detach() for loss in client_losses]
+        return list(gradients), [loss.detach() for loss in client_losses]
 
-    def _client_counts(self, client: ClientContext, server_counts: torch.Tensor) -> torch.Tensor | None:
-        if self.client_prior == "client":
+    def cross_entropy(self, loss: SCALALoss, logits: torch.Tensor, y: torch.Tensor, client: ClientContext | None,
+                      server_counts: torch.Tensor) -> torch.Tensor:
+        """`loss` of `logits`: adjusted by `client`'s P_k, by P_s (from `server_counts`), or plain."""
+        counts = self.prior_counts(loss, client, server_counts)
+        return F.cross_entropy(logits, y) if counts is None else logit_adjusted_cross_entropy(logits, y, counts)
+
+    def prior_counts(self, loss: SCALALoss, client: ClientContext | None,
+                     server_counts: torch.Tensor) -> torch.Tensor | None:
+        """The label counts of `loss`'s prior (a zero count masks its class), None for plain cross entropy."""
+        if loss is SCALALoss.CLIENT_PRIOR:
             return self.counts_for(client.label_counts)
-        return {"server": server_counts, "none": None}[self.client_prior]
+        return server_counts if loss is SCALALoss.SERVER_PRIOR else None
 
 
 class SCALA(MissingClassTreatment, ConcatenatedActivationsRound):
@@ -120,12 +124,12 @@ class SCALAConcatOnly(ConcatenatedActivationsRound):
     """Ablation: Algorithm 1 — concatenated activations, no logit adjustment anywhere."""
 
     name = "scala_concat"
-    server_adjusted = False
-    client_prior = "none"
+    server_loss = SCALALoss.PLAIN_CROSS_ENTROPY
+    gradient_loss = SCALALoss.PLAIN_CROSS_ENTROPY
 
 
 class SCALAServerOnly(ConcatenatedActivationsRound):
     """Ablation: logit adjustment by P_s on the server; G_k from the same (Eq. 14) loss."""
 
     name = "scala_server_la"
-    client_prior = "server"
+    gradient_loss = SCALALoss.SERVER_PRIOR

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedskew.fl.base import RoundResult, StateDict
-from fedskew.sfl.base import PartCopy, SplitAlgorithm, SplitRound, new_traffic, state_bytes, tensor_bytes
+from fedskew.sfl.base import SplitAlgorithm, SplitRound
+from fedskew.sfl.parts import ClientParts, PartCopy
 
 
 class SFLLocalLoss(SplitAlgorithm):
@@ -32,7 +33,45 @@ class SFLLocalLoss(SplitAlgorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._aux_state: StateDict | None = None
+        self._aux_state: StateDict | None = None  # the global auxiliary head, averaged every round
+
+    def run_round(self, rnd: SplitRound) -> RoundResult:
+        parts = self.client_parts(rnd)
+        server = self.server_part(rnd)
+        heads = self.aux_heads(rnd, parts)
+        batches = self.minibatches(rnd)
+        loss_sums = rnd.loss_sums()
+        order = torch.randperm(len(rnd.clients), generator=rnd.generator).tolist()
+        for _ in range(self.hp["local_iterations"]):
+            sent = []
+            for client, head, stream, loss_sum in zip(parts.copies, heads.copies, batches, loss_sums):
+                batch = stream.next()
+                labels = rnd.y[batch]
+                activations = client(rnd.inputs(batch, stream.client))
+                loss = F.cross_entropy(head(activations), labels)
+                loss.backward()
+                client.step()
+                head.step()
+                loss_sum += loss.detach()
+                sent.append((rnd.send_activations_up(activations, labels), labels))  # no gradient comes back
+            for i in order:  # the server trains on what arrived, one client after the other
+                activations, labels = sent[i]
+                F.cross_entropy(server(activations), labels).backward()
+                server.step()
+        client_part = rnd.average(rnd.send_weights_up(parts.states()))
+        self._aux_state = rnd.average(rnd.send_weights_up(heads.states()))
+        return self.result(rnd, client_part, server.detached_state(), loss_sums)
+
+    def aux_heads(self, rnd: SplitRound, parts: ClientParts) -> ClientParts:
+        """The participants' auxiliary heads: the global one, sent down with the client part (created in the
+        first round, its width read from one sample's activations)."""
+        if self._aux_state is None:
+            with torch.no_grad():
+                dim = parts.copies[0](rnd.x[rnd.clients[0].indices[:1]]).flatten(1).shape[1]
+            self._aux_state = self._initial_aux(dim, rnd.generator, rnd.x.device)
+        module = self._aux_module(self._aux_state["1.weight"].shape[1])
+        state = rnd.send_weights_down(self._aux_state)
+        return ClientParts([PartCopy(module, state, self.settings) for _ in rnd.clients])
 
     def _aux_module(self, dim: int) -> nn.Module:
         # Structure only (meta device): its tensors come from the states passed to functional_call.
@@ -46,45 +85,6 @@ class SFLLocalLoss(SplitAlgorithm):
         weight = (torch.rand(self.num_classes, dim, generator=generator) * 2 - 1) * bound
         bias = (torch.rand(self.num_classes, generator=generator) * 2 - 1) * bound
         return {"1.weight": weight.to(device), "1.bias": bias.to(device)}
-
-    def run_round(self, rnd: SplitRound) -> RoundResult:
-        traffic = new_traffic()
-        workers = self.client_copies(rnd)
-        server = self.server_copy(rnd)
-        if self._aux_state is None:
-            with torch.no_grad():
-                dim = workers[0](rnd.x[rnd.clients[0].indices[:1]]).flatten(1).shape[1]
-            self._aux_state = self._initial_aux(dim, rnd.generator, rnd.x.device)
-        aux_module = self._aux_module(self._aux_state["1.weight"].shape[1])
-        heads = [PartCopy(aux_module, self._aux_state, self.settings) for _ in rnd.clients]
-        down_state = state_bytes(rnd.view.client_state(rnd.global_state)) + state_bytes(self._aux_state)
-        traffic["down_weights"] = len(rnd.clients) * down_state
-        streams, _ = self.streams(rnd)
-        loss_sums = self.loss_sums(rnd)
-        order = torch.randperm(len(rnd.clients), generator=rnd.generator).tolist()
-        for _ in range(self.hp["local_iterations"]):
-            sent = []
-            for worker, head, stream, loss_sum in zip(workers, heads, streams, loss_sums):
-                batch = stream.next()
-                activations = worker(rnd.inputs(batch, stream.client))
-                loss = F.cross_entropy(head(activations), rnd.y[batch])
-                loss.backward()
-                worker.step()
-                head.step()
-                loss_sum += loss.detach()
-                sent.append((activations.detach(), rnd.y[batch]))
-                traffic["up_activations"] += tensor_bytes(activations)
-                traffic["up_labels"] += tensor_bytes(rnd.y[batch])
-            for i in order:  # the server trains on what arrived, one client after the other
-                activations, labels = sent[i]
-                F.cross_entropy(server(activations), labels).backward()
-                server.step()
-        client_states = [w.detached_state() for w in workers]
-        head_states = [h.detached_state() for h in heads]
-        traffic["up_weights"] = sum(state_bytes(s) for s in client_states + head_states)
-        self._aux_state = self.average(head_states, rnd.clients)
-        global_state = rnd.view.full_state(self.average(client_states, rnd.clients), server.detached_state())
-        return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)
 
     def state_dict(self) -> dict[str, Any]:
         return {} if self._aux_state is None else {"aux_head": self._aux_state}

@@ -11,7 +11,8 @@ the tests check. Server copies exist for the round's participants only.
 from __future__ import annotations
 
 from fedskew.fl.base import RoundResult
-from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic, state_bytes
+from fedskew.sfl.base import SplitAlgorithm, SplitRound
+from fedskew.sfl.vanilla import train_with_server_copies
 
 
 class SplitFedV1(SplitAlgorithm):
@@ -19,13 +20,8 @@ class SplitFedV1(SplitAlgorithm):
     vectorised_clients = True  # the client parts may train stacked (training.execution); server copies stay per client
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
-        traffic = new_traffic()
-        traffic["down_weights"] = len(rnd.clients) * state_bytes(rnd.view.client_state(rnd.global_state))
-        workers = self.client_parts(rnd)
-        servers = [self.server_copy(rnd) for _ in rnd.clients]
-        loss_sums = self.train_with_server_copies(rnd, workers, servers, traffic)
-        client_states = workers.states()
-        traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
-        global_state = rnd.view.full_state(self.average(client_states, rnd.clients),
-                                           self.average([s.detached_state() for s in servers], rnd.clients))
-        return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)
+        parts = self.client_parts(rnd)
+        servers = [self.server_part(rnd) for _ in rnd.clients]
+        loss_sums = train_with_server_copies(rnd, parts, servers, self.minibatches(rnd), self.hp["local_iterations"])
+        client_part = rnd.average(rnd.send_weights_up(parts.states()))
+        return self.result(rnd, client_part, rnd.average([s.detached_state() for s in servers]), loss_sums)

@@ -6,7 +6,7 @@ the previous client left it. Only the client parts are averaged (|D_k|-weighted)
 server part is not averaged, it is simply the one that saw every client in turn.
 
 The order of the turns matters, so it is drawn from the round's server generator (a
-seeded permutation of the participants): the result does not depend on how the
+seeded permutation of the participants, `turns`): the result does not depend on how the
 schedule happens to list the clients, and every seed sees a different order.
 """
 
@@ -15,29 +15,28 @@ from __future__ import annotations
 import torch
 
 from fedskew.fl.base import RoundResult
-from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic, split_step, state_bytes
+from fedskew.sfl.base import SplitAlgorithm, SplitRound
+from fedskew.sfl.vanilla import split_step
+
+
+def turns(rnd: SplitRound) -> list[int]:
+    """The participants' positions in `rnd.clients`, in the order they take their turns (drawn from the round's
+    server generator)."""
+    return torch.randperm(len(rnd.clients), generator=rnd.generator).tolist()
 
 
 class SplitFedV2(SplitAlgorithm):
     name = "splitfed_v2"
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
-        traffic = new_traffic()
-        traffic["down_weights"] = len(rnd.clients) * state_bytes(rnd.view.client_state(rnd.global_state))
-        workers = self.client_copies(rnd)
-        server = self.server_copy(rnd)
-        streams, _ = self.streams(rnd)
-        loss_sums = self.loss_sums(rnd)
-        self.last_order = [rnd.clients[i].client_id
-                           for i in torch.randperm(len(rnd.clients), generator=rnd.generator).tolist()]
-        position = {c.client_id: i for i, c in enumerate(rnd.clients)}
-        for client_id in self.last_order:
-            i = position[client_id]
+        parts = self.client_parts(rnd)
+        server = self.server_part(rnd)
+        batches = self.minibatches(rnd)
+        loss_sums = rnd.loss_sums()
+        for i in turns(rnd):
+            client, stream = parts.copies[i], batches[i]
             for _ in range(self.hp["local_iterations"]):
-                batch = streams[i].next()
-                inputs = rnd.inputs(batch, streams[i].client)
-                loss_sums[i] += split_step(workers[i], server, inputs, rnd.y[batch], traffic)
-        client_states = [w.detached_state() for w in workers]
-        traffic["up_weights"] = sum(state_bytes(s) for s in client_states)
-        global_state = rnd.view.full_state(self.average(client_states, rnd.clients), server.detached_state())
-        return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)
+                batch = stream.next()
+                loss_sums[i] += split_step(rnd, client, server, rnd.inputs(batch, stream.client), rnd.y[batch])
+        client_part = rnd.average(rnd.send_weights_up(parts.states()))
+        return self.result(rnd, client_part, server.detached_state(), loss_sums)

@@ -25,7 +25,9 @@ import torch
 from torch import nn
 
 from fedskew.fl.base import RoundResult, StateDict
-from fedskew.sfl.base import SplitAlgorithm, SplitRound, new_traffic
+from fedskew.metrics import mean_of_evaluations
+from fedskew.sfl.base import SplitAlgorithm, SplitRound
+from fedskew.sfl.vanilla import train_with_server_copies
 
 
 class SplitFedV3(SplitAlgorithm):
@@ -44,16 +46,15 @@ class SplitFedV3(SplitAlgorithm):
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
         self._view = rnd.view
-        traffic = new_traffic()
         initial = rnd.view.client_state(rnd.global_state)
-        workers = self.client_parts(rnd, [self._personal.get(c.client_id, initial) for c in rnd.clients])
-        servers = [self.server_copy(rnd) for _ in rnd.clients]
-        loss_sums = self.train_with_server_copies(rnd, workers, servers, traffic)
-        for client, state in zip(rnd.clients, workers.states()):
+        # Each client trains the part it holds; nothing of the client side crosses the network.
+        parts = self.client_parts(rnd, held=[self._personal.get(c.client_id, initial) for c in rnd.clients])
+        servers = [self.server_part(rnd) for _ in rnd.clients]
+        loss_sums = train_with_server_copies(rnd, parts, servers, self.minibatches(rnd), self.hp["local_iterations"])
+        for client, state in zip(rnd.clients, parts.states()):
             self._personal[client.client_id] = state
-        server_state = self.average([s.detached_state() for s in servers], rnd.clients)
-        global_state = rnd.view.full_state(initial, server_state)  # the client part stays the initial one
-        return self.result(rnd, global_state, loss_sums, self.hp["local_iterations"], traffic)
+        # the global client part stays the initial one, which a client that has never trained holds
+        return self.result(rnd, initial, rnd.average([s.detached_state() for s in servers]), loss_sums)
 
     def evaluate_global(self, model: nn.Module, global_state: StateDict,
                         evaluate: Callable[[nn.Module], dict]) -> dict:
@@ -65,9 +66,7 @@ class SplitFedV3(SplitAlgorithm):
         for client_id in range(self.num_clients):
             model.load_state_dict(self._view.full_state(self._personal.get(client_id, initial), server))
             results.append(evaluate(model))
-        mean = {key: sum(r[key] for r in results) / len(results) for key in ("loss", "acc", "balanced_acc")}
-        mean["per_class_acc"] = [sum(r["per_class_acc"][c] for r in results) / len(results)
-                                 for c in range(len(results[0]["per_class_acc"]))]
+        mean = mean_of_evaluations(results)   # every metric of fedskew.metrics, averaged over the clients
         self._metrics = {"personal_acc": self._personal_accuracy(results)}
         return mean
 

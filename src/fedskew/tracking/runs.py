@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fedskew.metrics import mlflow_section
 from fedskew.tracking.store import (
     TrackingStoreError,
     ensure_store,
@@ -149,21 +150,11 @@ def _chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-# The MLflow UI draws a run's charts in sections named by the prefix before "/", in alphabetical order,
-# with unprefixed metrics last (MLflow 3.17). The accuracies and losses go first (`accuracy/`, `loss/`),
-# the many per-round counters after them; history.csv keeps the plain names.
-METRIC_SECTIONS = (("test_acc_class", "per_class"), ("test_acc", "accuracy"), ("test_balanced_acc", "accuracy"),
-                   ("test_loss", "loss"), ("train_loss", "loss"), ("bytes_", "traffic"), ("clients", "traffic"),
-                   ("method_", "method"), ("local_", "local_drift"))
-
-
 def mlflow_metric_key(key: str) -> str:
-    """The name a history column is logged under in MLflow: `test_acc` -> `accuracy/test_acc`, `bytes_up` ->
-    `traffic/bytes_up`; a column of no known kind keeps its name."""
-    for prefix, section in METRIC_SECTIONS:
-        if key.startswith(prefix):
-            return f"{section}/{key}"
-    return key
+    """The name a history column is logged under in MLflow, in its section (fedskew.metrics.mlflow_section):
+    `test_acc` -> `accuracy/test_acc`, `bytes_up` -> `traffic/bytes_up`; a column of no known kind keeps its name."""
+    section = mlflow_section(key)
+    return key if section is None else f"{section}/{key}"
 
 
 def _metrics(history: list[dict], timestamp: int) -> list[Any]:

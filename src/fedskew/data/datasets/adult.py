@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import FileSource
-from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.fetch import DatasetCorruptError, Reach, SourceFile, ensure_files
 from fedskew.data.fetch.reading import read_verified
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
@@ -179,10 +179,11 @@ def problems(tensors: dict[str, torch.Tensor]) -> list[str]:
     return split_problems(tensors, torch.float32, (NUM_FEATURES,), NUM_CLASSES)
 
 
-def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Path, dict[str, torch.Tensor]]:
+def load_tensors(spec: dict, raw_root: Path,
+                 reach: Reach = Reach.NETWORK) -> tuple[Path, dict[str, torch.Tensor]]:
     """Download/verify adult.data and adult.test, preprocess once; return the cache path and the tensors."""
     folder = raw_dir(raw_root)
-    entries = ensure_files(NAME, folder, source_files(), download)
+    entries = ensure_files(NAME, folder, source_files(), reach)
     sha256 = {name: entry["sha256"] for name, entry in entries.items()}  # of the bytes on disk now
     key = {"preprocessing": PREPROCESSING, "sha256": sha256}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems,

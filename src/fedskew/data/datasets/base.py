@@ -20,11 +20,12 @@ from typing import ClassVar
 import torch
 
 from fedskew.data.files import save_tensors
+from fedskew.data.sources import Reach
 from fedskew.data.tensors import CACHE
 
 # The tensors a source provides; `natural_groups` (int64, one client id a training sample) is added by
 # sources with a natural partition.
-SPLITS = ("x_train", "y_train", "x_test", "y_test")
+TENSOR_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
 class DatasetSource:
@@ -46,13 +47,13 @@ class DatasetSource:
     pixel_max: ClassVar[float] = 255.0
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+                    reach: Reach) -> tuple[Path, dict[str, torch.Tensor]]:
         """Make the tensors of `spec` (its defaults filled in) exist in one file and return (that file, the
         tensors): uint8 images [N, C, H, W] or float32 vectors [N, D], int64 labels.
 
         `root` is the project root (raw files live in root/data/raw/<source>/); `dataset_dir` is
         data/raw/<dataset>/, where the dataset's manifest goes, for tensors that belong to one dataset
-        of params.yaml rather than to the source. `download` False: never touch the network. Errors are
+        of params.yaml rather than to the source. `reach` LOCAL: never touch the network. Errors are
         fedskew.data.fetch's DatasetUnavailableError (what is missing and how to provide it) and
         DatasetCorruptError (what does not verify)."""
         raise NotImplementedError
@@ -66,7 +67,7 @@ class GeneratedSource(DatasetSource):
         raise NotImplementedError
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+                    reach: Reach) -> tuple[Path, dict[str, torch.Tensor]]:
         tensors = self.generate(spec)
         path = dataset_dir / CACHE
         save_tensors(path, tensors)
@@ -75,11 +76,11 @@ class GeneratedSource(DatasetSource):
 
 class FileSource(DatasetSource):
     """A source decoded from its files under data/raw/<source>/ by its module's
-    `load_tensors(spec, raw_root, download) -> (tensor file, tensors)`, which the subclass names."""
+    `load_tensors(spec, raw_root, reach) -> (tensor file, tensors)`, which the subclass names."""
 
-    load_tensors: ClassVar[Callable[[dict, Path, bool], tuple[Path, dict[str, torch.Tensor]]]]
+    load_tensors: ClassVar[Callable[[dict, Path, Reach], tuple[Path, dict[str, torch.Tensor]]]]
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
-        return self.load_tensors(spec, root / "data" / "raw", download)
+                    reach: Reach) -> tuple[Path, dict[str, torch.Tensor]]:
+        return self.load_tensors(spec, root / "data" / "raw", reach)
 

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import FileSource
-from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, Reach
 from fedskew.data.fetch.reading import read_verified
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems
@@ -174,10 +174,11 @@ def problems(tensors: dict[str, torch.Tensor]) -> list[str]:
     return issues
 
 
-def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Path, dict[str, torch.Tensor]]:
+def load_tensors(spec: dict, raw_root: Path,
+                 reach: Reach = Reach.NETWORK) -> tuple[Path, dict[str, torch.Tensor]]:
     """Decode the hand-placed LEAF files once, keep the spec's writers; return the cache path and the tensors.
 
-    `download` is accepted for a uniform interface; nothing is ever downloaded.
+    `reach` is accepted for a uniform interface (FileSource.load_tensors); nothing is ever downloaded.
     """
     folder = raw_dir(raw_root)
     files = _json_files(folder)

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import FileSource
-from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError
+from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, Reach
 from fedskew.data.fetch.reading import read_verified
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
 from fedskew.data.tensors import CACHE, cached_tensors, split_problems, stack_images
@@ -133,11 +133,13 @@ def problems(tensors: dict[str, torch.Tensor]) -> list[str]:
     return split_problems(tensors, torch.uint8, IMAGE_SHAPE, len(WNIDS))
 
 
-def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Path, dict[str, torch.Tensor]]:
+def load_tensors(spec: dict, raw_root: Path,
+                 reach: Reach = Reach.NETWORK) -> tuple[Path, dict[str, torch.Tensor]]:
     """Decode the 12 classes of the local ImageNet once; return the cache path and the tensors.
 
     spec["imagenet_dir"] must already be absolute or relative to the working directory
-    (fedskew.data.registry resolves it against the project root). Nothing is downloaded.
+    (ImageNetSubset.materialise resolves it against the project root). Nothing is downloaded, whatever the
+    `reach` (accepted for a uniform interface, FileSource.load_tensors).
     """
     if not spec.get("imagenet_dir"):
         raise DatasetUnavailableError(f"dataset 'imagenet_subset' is not available: `imagenet_dir` is not set.\n"
@@ -160,8 +162,8 @@ class ImageNetSubset(FileSource):
     load_tensors = staticmethod(load_tensors)
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+                    reach: Reach) -> tuple[Path, dict[str, torch.Tensor]]:
         imagenet_dir = spec.get("imagenet_dir")
         if imagenet_dir:  # a relative path is relative to the project root
             spec = {**spec, "imagenet_dir": str(root / Path(imagenet_dir).expanduser())}
-        return super().materialise(spec, root, dataset_dir, download)
+        return super().materialise(spec, root, dataset_dir, reach)

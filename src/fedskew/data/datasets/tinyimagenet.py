@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 import torch
 
 from fedskew.data.datasets.base import FileSource
-from fedskew.data.fetch import DatasetCorruptError, SourceFile, ensure_files
+from fedskew.data.fetch import DatasetCorruptError, Reach, SourceFile, ensure_files
 from fedskew.data.fetch.reading import check_zip_member, copy_verified
 from fedskew.data.files import scratch_dir
 from fedskew.data.tensors import (
@@ -141,10 +141,11 @@ def problems(tensors: dict[str, torch.Tensor]) -> list[str]:
     return split_problems(tensors, torch.uint8, IMAGE_SHAPE, NUM_CLASSES)
 
 
-def load_tensors(spec: dict, raw_root: Path, download: bool = True) -> tuple[Path, dict[str, torch.Tensor]]:
+def load_tensors(spec: dict, raw_root: Path,
+                 reach: Reach = Reach.NETWORK) -> tuple[Path, dict[str, torch.Tensor]]:
     """Download/verify tiny-imagenet-200.zip, decode it once; return the cache path and the tensors."""
     folder = raw_dir(raw_root)
-    entries = ensure_files(NAME, folder, source_files(), download)
+    entries = ensure_files(NAME, folder, source_files(), reach)
     sha256 = entries[ARCHIVE]["sha256"]  # of the bytes on disk now: keys the cache, checked again by the decode
     key = {"preprocessing": PREPROCESSING, "archive_sha256": sha256}
     return folder / CACHE, cached_tensors(NAME, folder, key, problems, lambda: _decode(folder / ARCHIVE, sha256))

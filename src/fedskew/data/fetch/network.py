@@ -2,8 +2,8 @@
 
 Each of a file's URLs is tried in turn, with bounded socket waits; a short body counts as a failed download.
 The downloaded file is verified like every other copy (fedskew.data.fetch.verify) before anything trusts it.
-Offline, or with download=False, the error lists the files to place and where, and the other ways to provide
-them.
+Offline, or under Reach.LOCAL (no file is asked of the network), the error lists the files to place and where,
+and the other ways to provide them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def download_verified(name: str, folder: Path, f: SourceFile, files: list[Source
     if not f.urls:
         raise unavailable(name, folder, files, f"{f.filename} cannot be downloaded automatically", how_to_get,
                           refused)
-    url = _fetch(name, folder, files, f, dest, how_to_get, refused)
+    url = _download_from_urls(name, folder, files, f, dest, how_to_get, refused)
     try:
         return verified(name, f, dest, f"downloaded from {url}", {"kind": "download", "url": url})
     except DatasetCorruptError as error:
@@ -39,8 +39,8 @@ def download_verified(name: str, folder: Path, f: SourceFile, files: list[Source
         ) from error
 
 
-def _fetch(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest: Path, how_to_get: str,
-           refused: list[str]) -> str:
+def _download_from_urls(name: str, folder: Path, files: list[SourceFile], f: SourceFile, dest: Path,
+                        how_to_get: str, refused: list[str]) -> str:
     """Try each URL of `f` in turn; return the one that worked."""
     errors = []
     for url in f.urls:

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class DatasetUnavailableError(RuntimeError):
-    """The raw files are neither on disk nor downloadable (offline, download=False, server error),
+    """The raw files are neither on disk nor downloadable (offline, Reach.LOCAL, server error),
     or a dataset is not prepared for its current spec."""
 
 

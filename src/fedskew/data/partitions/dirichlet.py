@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fedskew.data.partitions.base import PartitionError, Scheme, describe
+from fedskew.data.partitions.base import PartitionError, Scheme, request_context
 
 
 class Dirichlet(Scheme):
@@ -60,7 +60,7 @@ class Dirichlet(Scheme):
             f"dirichlet: could not give every one of m={m} clients >= min_size={min_size} samples "
             f"with beta={beta}{ds} (n={n} samples) in {max_redraws + 1} draws (largest minimum "
             f"client size seen: {best}); use a larger beta, fewer clients, a smaller min_size or "
-            f"more max_redraws {describe('dirichlet', params, n, dataset)}"
+            f"more max_redraws {request_context('dirichlet', params, n, dataset)}"
         )
 
     @classmethod

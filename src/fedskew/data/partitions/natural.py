@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fedskew.data.partitions.base import PartitionError, Scheme, describe
+from fedskew.data.partitions.base import PartitionError, Scheme, request_context
 
 
 class Natural(Scheme):
@@ -24,7 +24,7 @@ class Natural(Scheme):
                natural_groups: np.ndarray | None = None, dataset: str = "") -> list[np.ndarray]:
         """Client k = samples with natural_groups == k, for k = 0..max id (make_partition drops empty ones)."""
         n = len(labels)
-        ctx = describe("natural", params, n, dataset)
+        ctx = request_context("natural", params, n, dataset)
         if natural_groups is None:
             raise PartitionError(f"scheme 'natural' needs natural_groups (one client id per sample) {ctx}")
         g = np.asarray(natural_groups)

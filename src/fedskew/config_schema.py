@@ -1,0 +1,180 @@
+"""params.yaml as a document: read strictly, checked against its JSON schema, each problem one line.
+
+Reading refuses a key written twice in one mapping (YAML would keep the last). Then every float must be finite
+(YAML's .nan and .inf are floats, which JSON Schema's range checks let through), then the schema in
+workflow/schemas/params.schema.yaml, with the dataset sources of fedskew.catalog filled in, checks types, ranges,
+known names and known keys. Each violation becomes one line naming the key, the bad value and what is allowed.
+The checks that relate sections to each other follow in fedskew.config_checks; fedskew.config runs both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedskew.catalog import DATASET_DEFAULTS
+from fedskew.config_errors import ConfigError, short_value, suggestion
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
+
+
+def _where(path) -> str:
+    """A key path as params.yaml's readers name it: `suites.tiny.seeds[1]`."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(error, root_schema: dict) -> str:
+    """One line per schema violation: key, bad value, what is allowed."""
+    where, value, schema, kind = _where(error.absolute_path), error.instance, error.schema, error.validator
+    if kind == "type":
+        return f"{where}: {short_value(value)} has the wrong type; expected {error.validator_value}"
+    if kind in ("enum", "const"):
+        allowed = error.validator_value if kind == "enum" else [error.validator_value]
+        return (f"{where}: {short_value(value)} is not allowed{suggestion(value, allowed)}; "
+                f"allowed: {', '.join(map(str, allowed))}")
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
+        return f"{where}: {short_value(value)} is out of range; must be {op} {error.validator_value}"
+    if kind in ("additionalProperties", "unevaluatedProperties"):
+        allowed = set(schema.get("properties", {}))
+        if "$ref" in schema:  # training sections: the fields live in a referenced definition
+            allowed |= set(root_schema["$defs"][schema["$ref"].split("/")[-1]].get("properties", {}))
+        extra = ", ".join(re.findall(r"'([^']+)'", error.message.split("(")[-1]))
+        return f"{where}: unknown key(s) {extra}; allowed: {', '.join(sorted(allowed)) or 'none'}"
+    if kind == "required":
+        return f"{where}: {error.message}"
+    if kind == "pattern":
+        return f"{where}: {short_value(value)} is not a valid name; use letters, digits, '_', '.', '-'"
+    if kind in ("minItems", "minProperties"):
+        return f"{where}: must not be empty"
+    if kind == "uniqueItems":
+        return f"{where}: {_twice(value) or short_value(value) + ' has duplicates'}; keep one"
+    return f"{where}: {error.message}"
+
+
+def _twice(items: list) -> str:
+    """The items of a list that repeat an earlier one, with both positions: "'fedavg' is listed twice (items 0, 2)"."""
+    first: dict[str, int] = {}
+    repeats = []
+    for i, item in enumerate(items):
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key in first:
+            repeats.append(f"{short_value(item)} is listed twice (items {first[key]}, {i})")
+        else:
+            first[key] = i
+    return "; ".join(repeats)
+
+
+def _non_finite(node: Any, path: tuple = ()) -> list[tuple[str, float]]:
+    """(key path, value) of every float in a parsed document that is NaN or ±inf."""
+    if isinstance(node, float):
+        return [] if math.isfinite(node) else [(_where(path), node)]
+    if isinstance(node, dict):
+        return [found for key, value in node.items() for found in _non_finite(value, (*path, key))]
+    if isinstance(node, list):
+        return [found for i, value in enumerate(node) for found in _non_finite(value, (*path, i))]
+    return []
+
+
+def _yaml_spelling(value: float) -> str:
+    """NaN and ±inf as params.yaml writes them."""
+    return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+
+
+# libyaml's parser where PyYAML has it: every training job reads params.yaml, and the pure-Python
+# parser takes about 0.25 s of a job's fixed cost for it.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):
+    """YAML loading that refuses a key written twice in one mapping (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden below it
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ConfigError(f"key {key!r} is written twice in one mapping, on lines {seen[key]} and "
+                                      f"{line}; keep one of them")
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_params_file(path: Path) -> Any:
+    """Parse params.yaml, refusing duplicate keys (naming both lines) and reporting YAML errors."""
+    try:
+        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+@cache
+def params_schema() -> dict:
+    """The schema of params.yaml (workflow/schemas/params.schema.yaml) with the dataset sources of fedskew.catalog.
+
+    A source is one module of fedskew.data.datasets plus its catalog entry, so the schema file does not list
+    the sources: `source` takes exactly the catalog's names, and a source the file gives no options clause
+    checks its options by the names of its catalog defaults (the file's clauses add types and ranges).
+    Parsed once per process (about 0.1 s; tests validate hundreds of files).
+    """
+    schema = yaml.load(SCHEMA_PATH.read_text(), Loader=_SafeLoader)
+    dataset = schema["$defs"]["dataset"]
+    dataset["properties"]["source"] = {"enum": list(DATASET_DEFAULTS)}
+    covered: set[str] = set()
+    for clause in dataset["allOf"]:
+        condition = clause["if"]["properties"]["source"]
+        covered |= {condition["const"]} if "const" in condition else set(condition["enum"])
+    for source in [name for name in DATASET_DEFAULTS if name not in covered]:
+        dataset["allOf"].append({"if": {"properties": {"source": {"const": source}}},
+                                 "then": {"additionalProperties": False,
+                                          "properties": {"source": True, **dict.fromkeys(DATASET_DEFAULTS[source], True)}}})
+    return schema
+
+
+@cache
+def _schema_validator():
+    import jsonschema
+
+    schema = params_schema()
+    # JSON Schema counts 10.0 as an integer; training would then crash on range(10.0). Here an
+    # integer must be written as one.
+    strict_types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=strict_types)(schema)
+
+
+def _schema_errors(raw: Any) -> list[str]:
+    validator = _schema_validator()
+    schema = validator.schema
+    messages = []
+    for error in validator.iter_errors(raw):
+        # if/then branches report through their leaf errors; skip the wrapper messages.
+        leaves = [e for e in (error.context or [])] or [error]
+        messages.extend(_describe(e, schema) for e in leaves)
+    return sorted(set(messages))
+
+
+def schema_problems(raw: Any) -> list[str]:
+    """The problems of a parsed params.yaml that need no second section: each non-finite number, then each schema
+    violation (a NaN or ±inf that also breaks a range is reported once, as not finite)."""
+    non_finite = _non_finite(raw)
+    problems = [f"{where}: {_yaml_spelling(value)} is not a finite number; write a finite number"
+                for where, value in non_finite]
+    reported = tuple(f"{where}: " for where, _ in non_finite)
+    return problems + [line for line in _schema_errors(raw) if not line.startswith(reported)]
