@@ -1,11 +1,19 @@
 # The two set-up commands of the README (run, test), and the everyday ones. Each builds (or reuses)
-# the environment first.
-.PHONY: env run verify test test-fast cluster-test reproduce report ui
+# the environment first: Python packages only, which is all the default suite needs.
+.PHONY: env system-packages run verify test test-fast cluster-test reproduce report ui
 
 SUITE ?= default
 
 env:
 	@bash scripts/env.sh
+
+# The OS packages that hold datasets, apart from the environment because only some suites and tests
+# read them: Debian's dataset-fashion-mnist (Fashion-MNIST's official files, about 30 MB), for the
+# suites that train on Fashion-MNIST and the tests that read the real files. Installed with apt-get
+# where that runs as root, after a line saying what and why; elsewhere one line says what to run.
+# Silent where it is installed. Never fails: without it those tests are skipped and say why.
+system-packages:
+	@bash scripts/system-packages.sh
 
 # Build run.suites of params.yaml (the default suite): train the runs that are missing (all of them on a
 # fresh clone), rebuild their tables and figures, then say in one line whether every rebuilt table is
@@ -24,14 +32,14 @@ verify: env
 # and cluster tests. pytest-xdist runs one worker a physical core, and idle workers take tests from busy
 # ones (worksteal), so the few minute-long workflow tests do not wait in one queue. Every test keeps to
 # its own temporary folder; `python -m pytest` alone runs them one after another.
-test: env
+test: env system-packages
 	.venv/bin/python -m pytest -n auto --dist worksteal
 
 # The tests to run while working, run as `make test` runs them: the unit tests and the fingerprints
 # (tests/unit, tests/fingerprints), about 4 minutes on 2 cores. It leaves out the tiers that drive Snakemake,
 # DVC, MLflow servers and training jobs as child processes (tests/integration, tests/reliability, the cluster
 # smoke test): most of `make test`'s time, even without their `slow` tests. `make test` before a commit.
-test-fast: env
+test-fast: env system-packages
 	.venv/bin/python -m pytest -n auto --dist worksteal tests/unit tests/fingerprints
 
 # The cluster path for real (docs/cluster.md): a one-node SLURM, an MLflow server and a DVC remote on

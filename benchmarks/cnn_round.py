@@ -1,11 +1,11 @@
 """A convolutional round against its floor: MNIST-shaped data, FedLC's MNIST CNN, many clients.
 
-Issue 12's compute-bound workload: 60 000 random 1x28x28 images split evenly over
+The compute-bound speed workload: 60 000 random 1x28x28 images split evenly over
 `--clients` clients (20 and 200 by default), every client training in every round (one
 local epoch, batch 64, SGD lr 0.01, one torch thread). fedskew's `federated_round` (FedAvg:
 reloading the global model per client, streamed averaging) is timed against the floor of
 the same minibatches and SGD steps on one model in a bare loop, interleaved in one
-process; the ratio of medians is what issue 12 bounds (target <= 1.05). With `--vectorised`
+process; the ratio of medians has a target of at most 1.05. With `--vectorised`
 the vectorised round is timed too (on a CPU a CNN gains nothing from it; on a GPU it is
 the point, see round_time.py).
 

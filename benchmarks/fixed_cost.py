@@ -1,4 +1,4 @@
-"""What does a training job cost beyond its training loop (issue 12: at most 3 s of wall time)?
+"""What does a training job cost beyond its training loop (the target: at most 3 s of wall time)?
 
 In a temporary project (the code of --src, this checkout's workflow/ and params.yaml), prepares
 Synthetic(1,1) / natural, then runs the job

@@ -1,6 +1,6 @@
 """Per-round training time of every CIFAR-capable model on fake CIFAR-shaped data.
 
-Issue 5 asks for the per-round time of each model on a GPU; this script measures it on
+What does a round of each model cost on a GPU? This script measures it on
 whatever `--device` names (`auto` takes a GPU when present). The setting is fixed so
 numbers are comparable across machines: 5 000 random 3×32×32 images, 10 classes, 10
 clients (iid), 5 per round, 1 local epoch at batch 64, SGD lr 0.01 momentum 0.9, FedAvg
@@ -11,8 +11,8 @@ cuDNN autotuning off) and is not reported; the median of the next rounds is.
     .venv/bin/python benchmarks/round_time.py --device cpu --models cnn resnet32 --rounds 2
     .venv/bin/python benchmarks/round_time.py --device auto --execution-clients 20 50 100
 
-`--execution-clients N ...` compares the two execution paths instead (issue 12's GPU row):
-for each N, the images are split evenly over N clients who all train every round, with
+`--execution-clients N ...` compares the two execution paths instead (the target on a GPU:
+vectorised rounds at least 5× as fast as sequential ones): for each N, the images are split evenly over N clients who all train every round, with
 the small `cnn` (or `--models`' first), and the vectorised round's speed is reported as a
 multiple of the sequential round's (rounds/s), timed interleaved.
 

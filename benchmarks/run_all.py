@@ -1,4 +1,4 @@
-"""Every speed workload of issue 12 in one command: each one's time beside its floor, and its peak RSS.
+"""Every speed workload in one command: each one's time beside its floor, and its peak RSS.
 
 Each workload runs in its own process (so peak RSS is its own, read with `os.wait4`) and
 prints its own comparison, timed interleaved inside that process:
@@ -8,7 +8,7 @@ prints its own comparison, timed interleaved inside that process:
               (synthetic_round.py)
 - synthetic100: the same with all 100 clients per round, where vectorising pays
 - execution:  the small CNN, sequential against vectorised rounds, 20/50/100 clients, on
-              `--device` (round_time.py; the GPU row of issue 12 when a GPU is present)
+              `--device` (round_time.py; the GPU target, vectorised ≥ 5×, when a GPU is present)
 - fixed:      a training job's fixed cost: wall time minus its training loop (fixed_cost.py)
 - grid:       FedLC Table 4 at full scale through Snakemake: the paper's 135 runs, `execution:
               auto`, and the suite's `seeds_per_job: all` from params.yaml (table4_grid.py)

@@ -3,7 +3,7 @@
 Times fedskew's `federated_round` (sampling contexts, reloading the global model per
 client, local SGD, streamed aggregation), sequential and vectorised (all participants at
 once, fedskew.engine.vectorised), against the floor of the same minibatches and SGD steps
-on one model in a bare loop, interleaved in one process. Issue 12 bounds the ratios:
+on one model in a bare loop, interleaved in one process. The speed targets bound the ratios:
 sequential <= 1.2, vectorised <= 0.5 (faster than the sequential floor). Offline: the
 Synthetic generator of FedLC's Table 4.
 

@@ -3,8 +3,8 @@
 Trains one run of the default-sized digits setting twice in a temporary project, with
 live tracking into a fresh local SQLite store and without it, and times the time spent
 inside the per-round tracking hook against the time of the training loop. The share of
-round time is what issue 11 bounds (< 2 %); the fixed costs (importing MLflow, creating
-the store, the final artifacts) are printed apart.
+round time must stay under 2 %; the fixed costs (importing MLflow, creating the store, the
+final artifacts) are printed apart.
 
     .venv/bin/python benchmarks/tracking_overhead.py [--rounds 200] [--flush 10]
 """

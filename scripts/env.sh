@@ -13,6 +13,10 @@
 # such a torch with torchvision from PyPI gives "operator torchvision::nms does not
 # exist". We therefore ignore local pip configuration and wheel folders and install
 # the exact pins of requirements.lock.
+#
+# It installs Python packages only: what the default suite (`make run`) needs. The OS packages
+# that some suites and tests read datasets from are installed by scripts/system-packages.sh
+# (`make system-packages`, which `make test` and `make test-fast` run), never by this script.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,21 +33,11 @@ env_home=${FEDSKEW_ENV_HOME:-$HOME/.cache/fedskew/envs}
 shared="$env_home/$hash"
 thin="$root/.venv"
 
-# The OS packages that hold datasets (scripts/system-packages.sh: Debian's dataset-fashion-mnist,
-# installed where apt-get works as root, else one line of advice). Tried once per thin .venv, and
-# only while the package's folder is missing: the up-to-date path stays one stat. Never fails.
-system_packages() {
-  [ -d /usr/share/datasets/fashion-mnist ] || [ -f "$thin/.system-packages-tried" ] && return 0
-  bash "$root/scripts/system-packages.sh" || true
-  touch "$thin/.system-packages-tried" 2>/dev/null || true
-}
-
 # Up to date: the thin .venv points at this lock file's environment, from this folder
 # (a moved clone gets a new .venv: its scripts hold absolute paths).
 stamp="$shared $root"
 if [ -f "$thin/fedskew-env" ] && [ "$(cat "$thin/fedskew-env")" = "$stamp" ] && [ -f "$shared/.complete" ]; then
   touch "$shared/.complete"   # records last use, for pruning
-  system_packages
   exit 0
 fi
 
@@ -87,4 +81,3 @@ touch "$shared/.complete"
 find "$env_home" -mindepth 2 -maxdepth 2 -name .complete -mtime +14 -printf '%h\n' 2>/dev/null |
   while read -r old; do [ "$old" != "$shared" ] && rm -rf "$old" "$old.lock"; done
 echo "fedskew: environment ready (.venv -> $shared)" >&2
-system_packages

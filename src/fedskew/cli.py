@@ -198,12 +198,9 @@ def cmd_ui(params: Params, args: argparse.Namespace) -> None:
 
 
 def cmd_cost(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.packed.archive import archived_run_ids
     from fedskew.reproduce.cost import cost_markdown
 
-    imported = frozenset().union(*(archived_run_ids(Path(paths.IMPORTED_ARCHIVES.format(suite=suite)))
-                                   for suite in params.imported_suites))
-    print(cost_markdown(params, imported))
+    print(cost_markdown(params, listings.imported_run_ids(params)))
 
 
 def _cores(value: str) -> str:
@@ -259,6 +256,16 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--table", required=True, help="e.g. fedlc_t4 (see src/fedskew/reproduce/papers/)")
     sub.add_parser("claims", help="the claims ledger: every paper claim with its verdict (results/claims.md)")
     sub.add_parser("cost", help="runs and estimated compute of every paper table (markdown)")
+    about = ("list the suites of params.yaml: the paper tables each fills, whether make run or make reproduce "
+             "builds it, its runs and their estimated compute (as cost counts it), partitions, methods and datasets")
+    p = sub.add_parser("suites", help=about, description=about[0].upper() + about[1:] + ".")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--paper", help="only the suites that fill a table of this paper, or are its offline "
+                                       "proxies: a paper's key, e.g. fedlc (an unknown one is refused with the list)")
+    which.add_argument("--suite", metavar="NAME", help="one suite in full: description, settings with model and "
+                                                       "rounds, methods, seeds, compute, where its data comes from")
+    p.add_argument("--no-cost", action="store_true", help="leave out the compute estimate (which counts FLOPs "
+                                                          "with torch): fast, and torch-free")
 
 
 def _add_build_commands(sub: argparse._SubParsersAction) -> None:
@@ -301,7 +308,8 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "models": listings.cmd_models, "datasets": listings.cmd_datasets, "partitions": listings.cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
             "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
-            "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale}
+            "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale,
+            "suites": listings.cmd_suites}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

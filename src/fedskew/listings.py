@@ -1,16 +1,18 @@
-"""The listings of the CLI: `python -m fedskew methods`, `models`, `datasets`, `partitions`.
+"""The listings of the CLI: `python -m fedskew methods`, `models`, `datasets`, `partitions`, `suites`.
 
-What is defined, with every default filled in. Each command imports what it reads when it runs: `models` and
-`partitions` need no torch, and `--help` never imports it.
+What is defined, with every default filled in. Each command imports what it reads when it runs: `models`,
+`partitions` and `suites --no-cost` need no torch, and `--help` never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
+from pathlib import Path
 
-from fedskew.config import Params
+from fedskew.config import ConfigError, Params
 
 
 def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
@@ -111,3 +113,201 @@ def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
         print(f"{name:{width}s}{scheme:20s}{shown}")
         uses = [f"{suite} ({', '.join(datasets)})" for suite, datasets in used.get(name, {}).items()]
         print("\n".join(_wrapped(["used by " + uses[0], *uses[1:]] if uses else ["used by no suite"], width)))
+
+
+def imported_run_ids(params: Params) -> frozenset[str]:
+    """The run ids the committed archives of `reproduce.imported` hold (results/imported/<suite>/): the runs `cost`
+    and `suites` count as imported. Reading the archives imports torch (fedskew.packed.archive)."""
+    from fedskew import paths
+    from fedskew.packed.archive import archived_run_ids
+
+    return frozenset().union(*(archived_run_ids(Path(paths.IMPORTED_ARCHIVES.format(suite=suite)))
+                               for suite in params.imported_suites))
+
+
+def _paper_of_tables() -> dict[str, str]:
+    """Each paper table's paper key: the name of the layout file that lays it out (reproduce/layouts/<paper>.yaml),
+    the key the claims use too."""
+    import yaml
+
+    from fedskew.reproduce.layouts import LAYOUTS_DIR
+
+    return {table_id: path.stem for path in sorted(LAYOUTS_DIR.glob("*.yaml"))
+            for table_id in yaml.safe_load(path.read_text()) or {}}
+
+
+def _tables_of_suites(params: Params) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """{suite: the paper tables whose cells read its runs}, counted as `cost` counts a table's runs, and
+    {suite: the tables it is offline evidence for} (a layout's `proxies`: no cell reads it). Computed once per
+    Params, since every row asks."""
+    from fedskew.reproduce.cost import table_runs
+    from fedskew.reproduce.layouts import load_layouts
+
+    if "_tables_of_suites" not in params.__dict__:
+        filled: dict[str, set[str]] = {}
+        proxied: dict[str, set[str]] = {}
+        for table_id, layout in load_layouts().items():
+            for cfg in table_runs(params, table_id).values():
+                filled.setdefault(cfg.suite, set()).add(table_id)
+            for proxy in layout.proxies:
+                proxied.setdefault(proxy["suite"], set()).add(table_id)
+        params.__dict__["_tables_of_suites"] = (filled, proxied)
+    return params.__dict__["_tables_of_suites"]
+
+
+def tables_of_suite(params: Params, suite: str) -> set[str]:
+    """The paper tables the suite fills or is offline evidence for (what `--paper` filters on)."""
+    filled, proxied = _tables_of_suites(params)
+    return filled.get(suite, set()) | proxied.get(suite, set())
+
+
+def paper_key(name: str, known: set[str]) -> str:
+    """--paper's value as a known paper key, case and punctuation aside (FedLC, FL-FCR); else a one-line error."""
+    from fedskew.config_errors import suggestion
+
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    if key not in known:
+        raise ConfigError(f"--paper {name!r} is not a paper with transcribed tables{suggestion(key, known)}; "
+                          f"known: {', '.join(sorted(known))}")
+    return key
+
+
+def tables_text(table_ids: set[str]) -> str:
+    """Table ids in short, a paper's consecutive tables as one range: "fedlc_t1-t2, feded_t5"; "—" for none."""
+    numbered: dict[str, list[int]] = {}
+    parts = []
+    for table_id in sorted(table_ids):
+        match = re.fullmatch(r"(.+_t)(\d+)", table_id)
+        if match:
+            numbered.setdefault(match[1], []).append(int(match[2]))
+        else:
+            parts.append(table_id)
+    for prefix, numbers in numbered.items():
+        ranges: list[list[int]] = []
+        for number in sorted(numbers):
+            if ranges and number == ranges[-1][1] + 1:
+                ranges[-1][1] = number
+            else:
+                ranges.append([number, number])
+        parts += [f"{prefix}{first}" + (f"-t{last}" if last > first else "") for first, last in ranges]
+    return ", ".join(sorted(parts)) or "—"
+
+
+def built_by(params: Params, suite: str) -> str:
+    """Which build takes the suite: `run` (run.suites, `make run`), `reproduce` (reproduce.suites, trained by
+    `make reproduce`), `imported` (reproduce.imported, its committed runs read by `make reproduce`); "—" for none."""
+    marks = [("run", params.default_suites), ("reproduce", params.reproduce_suites),
+             ("imported", params.imported_suites)]
+    return ", ".join(mark for mark, suites in marks if suite in suites) or "—"
+
+
+def suite_cost(params: Params, suite: str, imported_runs: frozenset[str] = frozenset()) -> dict:
+    """What training the suite costs, as `cost` counts a table's runs (fedskew.reproduce.cost.runs_cost)."""
+    from fedskew.reproduce.cost import runs_cost
+
+    return runs_cost(params, {cfg.run_id: cfg for cfg in params.suite_runs(suite)}, imported_runs)
+
+
+def _check_suite(params: Params, suite: str) -> None:
+    from fedskew.config_errors import suggestion
+
+    if suite not in params.raw["suites"]:
+        raise ConfigError(f"--suite {suite!r} is not a suite{suggestion(suite, params.raw['suites'])}; see "
+                          "`python -m fedskew suites`")
+
+
+def _suite_row(params: Params, suite: str, tables: str, with_cost: bool) -> list[str]:
+    from fedskew.reproduce.cost import cpu_text
+
+    body = params.raw["suites"][suite]
+    row = [suite, built_by(params, suite), tables, str(len(params.suite_runs(suite)))]
+    if with_cost:
+        c = suite_cost(params, suite)
+        row += [f"{c['pflop']:.3g}", f"{c['gpu_hours']:.3g}", cpu_text(c)]
+    partitions = {partition for setting in body["settings"] for partition in setting["partitions"]}
+    datasets = dict.fromkeys(setting["dataset"] for setting in body["settings"])
+    return row + [str(len(partitions)), str(len(body["methods"])), ", ".join(datasets)]
+
+
+def _suites_table(params: Params, suites: list[str], with_cost: bool) -> list[str]:
+    """One row a suite: where its runs go, how many there are, what they cost and what they train on."""
+    filled, proxied = _tables_of_suites(params)
+    paper_of = _paper_of_tables()
+    cost_header = ["PFLOP", "GPU-h", "CPU-h (runs)"] if with_cost else []
+    rows = [["suite", "built by", "paper tables", "runs", *cost_header, "partitions", "methods", "datasets"]]
+    for suite in suites:
+        tables = tables_text(filled.get(suite, set()))
+        if suite in proxied:
+            tables += f" (proxy for {', '.join(sorted({paper_of[t] for t in proxied[suite]}))})"
+        rows.append(_suite_row(params, suite, tables, with_cost))
+    return _table(rows, right=(3, 4, 5, 7, 8) if with_cost else (3, 4, 5))
+
+
+def _cost_lines(params: Params, suite: str) -> list[str]:
+    """A suite's estimated compute, where its data comes from, and how many of its runs are imported."""
+    from fedskew.reproduce.cost import ASSUMED_GPU_TFLOPS, cpu_text
+
+    imported = imported_run_ids(params) if suite in params.imported_suites else frozenset()
+    c = suite_cost(params, suite, imported)
+    lines = [f"  compute:      {c['pflop']:.3g} PFLOP of training and evaluation",
+             f"  GPU-hours:    {c['gpu_hours']:.3g} at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s",
+             f"  CPU-hours:    {cpu_text(c)}" + (" runs, at the rate measured for them" if c["cpu_runs"] else
+                                                 " (no rate is measured for its models on its datasets)"),
+             f"  data from:    {'; '.join(c['data']) or '—'}"]
+    if suite in params.imported_suites:
+        lines.append(f"  imported:     {c['runs_imported']} of {c['runs']} runs are in the committed archives "
+                     f"(results/imported/{suite}/)")
+    return lines
+
+
+def _suite_details(params: Params, suite: str, with_cost: bool) -> list[str]:
+    """Everything about one suite: its description, builds, tables, settings, methods, seeds, runs and cost."""
+    filled, proxied = _tables_of_suites(params)
+    body = params.raw["suites"][suite]
+    lines = [textwrap.fill(f"{suite}: {body.get('description') or 'no description'}", width=110,
+                           subsequent_indent="  "),
+             f"  built by:     {built_by(params, suite)}",
+             f"  paper tables: {tables_text(filled.get(suite, set()))}"]
+    if suite in proxied:
+        lines.append(f"  proxy for:    {tables_text(proxied[suite])} (offline evidence for their claims)")
+    for setting in body["settings"]:
+        training = params.training(suite, setting["dataset"])
+        lines.append(f"  dataset:      {setting['dataset']} ({training['model']}, {training['rounds']} rounds, "
+                     f"device {training['device']}) under {', '.join(setting['partitions'])}")
+    lines += [textwrap.fill(", ".join(body["methods"]), width=110, subsequent_indent=" " * 16,
+                            initial_indent=f"  methods ({len(body['methods'])}):".ljust(16)),
+              f"  seeds:        {', '.join(map(str, body['seeds']))}",
+              f"  runs:         {len(params.suite_runs(suite))}"]
+    return lines + (_cost_lines(params, suite) if with_cost else [])
+
+
+def _legend(with_cost: bool) -> list[str]:
+    from fedskew.reproduce.cost import ASSUMED_GPU_TFLOPS
+
+    cost = [f"PFLOP: training and evaluation; GPU-h: GPU-hours at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s; CPU-h: "
+            "CPU-hours at a measured rate",
+            "(the runs it covers, of all): the suite's runs, counted as `python -m fedskew cost` counts a table's.",
+            "--no-cost: without them, and without torch (fast)."]
+    return ["", "built by: run = run.suites (`make run` builds it); reproduce = reproduce.suites (`make reproduce` "
+            "trains it);", "imported = reproduce.imported (`make reproduce` reads its committed runs from "
+            "results/imported/<suite>/).", "paper tables: the tables whose cells read the suite's runs; proxy: "
+            "offline evidence for the claims of those papers.", *(cost if with_cost else []),
+            "--suite NAME: one suite in full; --paper P: only the suites of paper P. See docs/reproducing-papers.md."]
+
+
+def cmd_suites(params: Params, args: argparse.Namespace) -> None:
+    """Every suite (or those of --paper) with its paper tables, runs and cost; --suite NAME: one suite in full."""
+    with_cost = not args.no_cost
+    if args.suite:
+        _check_suite(params, args.suite)
+        print("\n".join(_suite_details(params, args.suite, with_cost)))
+        return
+    suites = list(params.raw["suites"])
+    if args.paper:
+        paper_of = _paper_of_tables()
+        paper = paper_key(args.paper, set(paper_of.values()))
+        suites = [suite for suite in suites if paper in {paper_of[t] for t in tables_of_suite(params, suite)}]
+        if not suites:
+            print(f"no suite of {args.params} fills a table of {paper}")
+            return
+    print("\n".join([*_suites_table(params, suites, with_cost), *_legend(with_cost)]))

@@ -1,4 +1,4 @@
-"""A malformed params.yaml is refused before any work, with the key that is wrong (issue 10, points 3-4).
+"""A malformed params.yaml is refused before any work, with the key that is wrong.
 
 Each case mutates the tiny valid params of tests/conftest.py (or, for what only YAML text can
 hold, such as a key written twice, edits its text) and expects `python -m fedskew validate` to

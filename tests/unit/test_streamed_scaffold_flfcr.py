@@ -1,4 +1,4 @@
-"""SCAFFOLD and FL-FCR aggregate through a stream (issue 12, point 4).
+"""SCAFFOLD and FL-FCR aggregate through a stream, as every federated method does.
 
 Each participant's update is folded in as soon as it has trained and then dropped by the
 engine. Checked here against the one-shot aggregation they had before (kept below as the

@@ -8,9 +8,9 @@ steps (`dense_chain`), and its forward for a stack of clients a chain of batched
 Why: on a CPU, a batched step of logistic regression for 10 clients is bound by the cost of
 launching operations, not by arithmetic, and autograd's engine is the largest share of it
 (about 50 µs a call, before its first node, on the 2-core development machine; one batched
-step took about 400 µs through autograd and 220 µs in closed form). Issue 12's target for
-FedLC Table 4's rounds (vectorised ≤ 0.5 of the sequential floor) is out of reach with
-autograd in every step.
+step took about 400 µs through autograd and 220 µs in closed form). The speed target for
+FedLC Table 4's rounds (vectorised ≤ 0.5 of the sequential floor, benchmarks/README.md) is out
+of reach with autograd in every step.
 
 When the closed form applies (`supports_closed_form`, checked by fedskew.engine.vectorised):
 - the model is a chain of Linear layers and ReLU (Flatten and Identity pass through):

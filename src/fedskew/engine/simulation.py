@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedskew import paths
+from fedskew import metrics, paths
 from fedskew.numerics import cpu_pin, gemm
 from fedskew.algorithms import ALGORITHMS
 from fedskew.config import ConfigError, RunConfig
@@ -85,7 +85,7 @@ class Progress:
         self.accuracy: float | None = None
 
     def update(self, row: dict[str, Any]) -> None:
-        self.accuracy = row.get("test_acc", self.accuracy)
+        self.accuracy = row.get(metrics.reported().column, self.accuracy)  # the number tables report
         round_ = row["round"]
         done = round_ - self.start + 1
         elapsed = time.perf_counter() - self.started
@@ -311,10 +311,10 @@ def _train_round(run: _Run, state: _State, round_: int) -> dict[str, Any]:
         row.update(diagnose.row())
     if evaluated:
         with precision_scope(train.precision, run.device):
-            metrics = run.algorithm.evaluate_global(
+            evaluation = run.algorithm.evaluate_global(
                 run.model, state.global_state,
                 lambda m: evaluate(m, run.data.x_test, run.data.y_test, run.data.dataset.num_classes))
-        row.update(evaluation_row(metrics))
+        row.update(evaluation_row(evaluation))
     # after evaluation: a method may report numbers from it (SplitFedV3's personalised accuracy)
     row.update({f"method_{key}": value for key, value in run.algorithm.round_metrics().items()})
     return row

@@ -30,7 +30,8 @@ from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Fol
 
 class FedDyn(FederatedAlgorithm):
     name = "feddyn"
-    # The paper searches α ∈ {0.1, 0.01, 0.001}; 0.01 is its usual choice (METHODS.md: 0.01–0.1).
+    # The paper searches α ∈ {0.1, 0.01, 0.001}; 0.01 is its usual choice; public code uses 0.01–0.1
+    # (docs/methods.md, "FedDyn's alpha").
     hyperparameters = {"alpha": 0.01}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

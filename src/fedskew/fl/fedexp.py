@@ -10,8 +10,8 @@ uniform weights, η_g = max(1, Σ_i‖Δ_i‖² / (2M(‖Δ̄‖² + ε))) = max
 (‖Δ̄‖² + ε)). The authors' code (github.com/Divyansh03/FedExP, main.py), which produced
 the paper's results with ε = 1e-3, computes `0.5*grad_norm_avg/(grad_avg_norm +
 S*epsilon)` with S the number of participating clients and sample-count weights p_i
-normalised over them, and METHODS.md records the same S·ε form. We implement the code's
-form: ε = 1e-3 was chosen together with it, so reproducing the reported behaviour needs
+normalised over them. We implement the code's form (docs/methods.md, "FedEXP's epsilon"):
+ε = 1e-3 was chosen together with it, so reproducing the reported behaviour needs
 it; it equals the paper's formula with ε_paper = S·ε. ε only matters when the
 averaged change is tiny (near a stationary point), where it stops η_g from exploding.
 
@@ -87,7 +87,7 @@ class _ExtrapolationFold(Fold):
 
 class FedExp(FederatedAlgorithm):
     name = "fedexp"
-    # ε = 1e-3: the authors' value for CIFAR-10/100 and CINIC-10 (METHODS.md: 1e-3).
+    # ε = 1e-3: the authors' value for CIFAR-10/100 and CINIC-10 (docs/methods.md, "FedEXP's epsilon").
     hyperparameters = {"epsilon": 1e-3, "average_last_two": True}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

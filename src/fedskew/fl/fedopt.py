@@ -98,7 +98,8 @@ class _PseudoGradientFold(Fold):
         return self.step(self.start, super().finish(updates), self.delta)
 
 
-# Defaults. β1 = 0.9, β2 = 0.99, τ = 1e-3 as in Reddi's experiments (METHODS.md). The server
+# Defaults (docs/methods.md, "FedOpt's defaults"). β1 = 0.9, β2 = 0.99, τ = 1e-3 as in Reddi's
+# experiments. The server
 # learning rate η is tuned per task in Reddi et al. (log10 grid) and the FedLC paper does
 # not report its choice. FedAdam/FedYogi: η = 0.01, the default of Flower's reference
 # FedYogi (η = 1e-2 with τ = 1e-3 and client lr 10^-1.5, a CIFAR-10 setting); Adam and

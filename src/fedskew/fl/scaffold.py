@@ -13,8 +13,9 @@ round's):
     x ← Σ_i p_i y_i   (sample-weighted, global learning rate 1, as FedAvg here)
     c ← c + Σ_{i in round} Δc_i / N
 
-All control variates start at zero (NIID-Bench's random start is a known bug, see
-METHODS.md). c and every client's c_i (stored only for clients that trained once,
+All control variates start at zero (NIID-Bench's code starts them at random values, a defect of
+that code, not a reading of the paper: docs/methods.md, "SCAFFOLD's starting control variates").
+c and every client's c_i (stored only for clients that trained once,
 absent = zero) are in `state_dict`, so a resumed run continues bit-identically.
 
 Where each piece lives: the client's x, c_i and c − c_i for its local steps are its scratch

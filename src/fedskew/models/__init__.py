@@ -76,10 +76,11 @@ def alexnet(info: DatasetInfo, hidden: int = 4096) -> SplittableNet:
     """SCALA's AlexNet (Appendix E), cut into client and server parts as in §5.1 and Appendix H.
 
     The figures of Appendix E (Figure 5 for Fashion-MNIST, Figure 6 for CIFAR10/100 and
-    CINIC10) did not survive text extraction, so this is a reconstruction from the text and
-    METHODS.md: conv 64→192→384→256→256, all 3×3 with padding 1, each followed by ReLU;
-    2×2 max-pool after conv1, conv2 and conv5; flatten; dropout 0.5; fc 4096 + ReLU;
-    dropout 0.5; fc 4096 + ReLU; head fc 4096 → num_classes. The Fashion-MNIST variant is
+    CINIC10) did not survive text extraction, so this is a reconstruction from the text and the
+    CIFAR AlexNet of public FL code (docs/methods.md, "SCALA's AlexNet"): conv
+    64→192→384→256→256, all 3×3 with padding 1, each followed by ReLU; 2×2 max-pool after
+    conv1, conv2 and conv5; flatten; dropout 0.5; fc 4096 + ReLU; dropout 0.5; fc 4096 + ReLU;
+    head fc 4096 → num_classes. The Fashion-MNIST variant is
     our reconstruction too: the same net with one input channel on 28×28 inputs. The
     flatten size follows the input (256·4·4 for 32×32, 256·3·3 for 28×28, 256·1·1 for the
     offline 8×8 digits), so the net builds for any image at least 8×8. Its dropout layers are

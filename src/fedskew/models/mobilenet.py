@@ -1,7 +1,8 @@
 """MobileNetV2 (Sandler et al., "MobileNetV2: Inverted Residuals and Linear Bottlenecks",
 CVPR 2018) in its CIFAR form: FedED's backbone on CIFAR10/100 and TinyImageNet ("following
 Shi et al., 2023a", i.e. FedDecorr; FedED's code README: "the same model structure of
-Mobilenet_v2 as CCVR" — neither gives the layers, so METHODS.md's CIFAR variant is used).
+Mobilenet_v2 as CCVR" — neither gives the layers, so the usual CIFAR variant is used:
+docs/methods.md, "MobileNetV2 for CIFAR").
 
 Written for this project (not copied) from the paper's Table 2 and §3–4.
 """
@@ -17,7 +18,8 @@ from fedskew.data.registry import DatasetInfo
 from fedskew.models.net import SplittableNet
 
 # Sandler et al., Table 2: (expansion t, output channels c, repeats n, first stride s), with
-# the CIFAR change of METHODS.md: the second stage's stride 2 → 1 (and the stem's, below).
+# the CIFAR change (docs/methods.md, "MobileNetV2 for CIFAR"): the second stage's stride 2 → 1
+# (and the stem's, below).
 CIFAR_STAGES = (
     (1, 16, 1, 1),
     (6, 24, 2, 1),  # ImageNet: s = 2
@@ -70,8 +72,8 @@ def mobilenetv2(info: DatasetInfo) -> SplittableNet:
     (6,160,3,2), (6,320,1,1); 1×1 conv 1280 + BN + ReLU6; global average pooling →
     1280 features → head fc 1280 → num_classes.
 
-    CIFAR changes (METHODS.md, Models): the stem's stride 2 → 1 and the second stage's
-    (c = 24) stride 2 → 1, so a 32×32 image is downsampled 8× (to 4×4), not 32×.
+    CIFAR changes (docs/methods.md, "MobileNetV2 for CIFAR"): the stem's stride 2 → 1 and the
+    second stage's (c = 24) stride 2 → 1, so a 32×32 image is downsampled 8× (to 4×4), not 32×.
 
     Readings: ReLU6 as in the paper; residual connections only where the shape is kept,
     as in the paper (some CIFAR re-implementations add 1×1 conv shortcuts elsewhere, which

@@ -63,7 +63,7 @@ def fedlc_cnn_cifar(info: DatasetInfo) -> SplittableNet:
     - Convolution padding 1, against the table's "padding=0": 2048 = 128·4·4 needs the 32×32
       input halved three times exactly (32 → 16 → 8 → 4), which only "same" 3×3 convolutions
       give; with padding 0 the maps shrink 32 → 30 → 15 → 13 → 6 → 4 → 2 and fc1 would take
-      512 (METHODS.md, Models).
+      512 (docs/methods.md, "FedLC's CIFAR CNN").
     - The pools: "stride=2, padding=2" read as for Table 8: a 2×2 window, stride 2, no padding.
     - ReLU after each convolution (conv → ReLU → pool); no dropout (none is listed).
     - fc1 is the only fully connected layer, so it is the head (2048 → num_classes: 10 for

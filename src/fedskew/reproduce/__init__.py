@@ -1,2 +1,2 @@
 """Reproduction of the four seed papers: their tables transcribed, our runs laid out beside them, and
-a ledger of their claims with a verdict on each (issue 9)."""
+a ledger of their claims with a verdict on each (docs/reproducing-papers.md)."""

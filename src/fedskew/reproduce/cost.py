@@ -118,12 +118,17 @@ def table_runs(params: Params, table_id: str) -> dict[str, object]:
 def table_cost(params: Params, table_id: str, imported_runs: frozenset[str] = frozenset()) -> dict:
     """What the table costs; `imported_runs`: the run ids that the committed archives of `reproduce.imported`
     hold (the caller reads them: `fedskew.packed.archive.archived_run_ids`)."""
-    runs = table_runs(params, table_id)
+    return {"table": table_id, **runs_cost(params, table_runs(params, table_id), imported_runs)}
+
+
+def runs_cost(params: Params, runs: dict, imported_runs: frozenset[str] = frozenset()) -> dict:
+    """What training `runs` (run id -> configuration) costs: a table's (`table_cost`) or a suite's
+    (`fedskew suites`), so that both count alike."""
     flops = {run_id: run_flops(cfg) for run_id, cfg in runs.items()}
     on_cpu = {run_id: CPU_RATES.get((cfg.train.model, cfg.dataset_spec["source"]))
               for run_id, cfg in runs.items()}
     here = set(params.reproduce_suites)
-    return {"table": table_id, "runs": len(runs), "pflop": sum(flops.values()) / 1e15,
+    return {"runs": len(runs), "pflop": sum(flops.values()) / 1e15,
             "gpu_hours": sum(flops.values()) / (ASSUMED_GPU_TFLOPS * 1e12) / 3600,
             "cpu_runs": sum(rate is not None for rate in on_cpu.values()),
             "cpu_hours": sum(flops[run_id] / (rate * 1e9) / 3600 for run_id, rate in on_cpu.items() if rate),
@@ -132,6 +137,11 @@ def table_cost(params: Params, table_id: str, imported_runs: frozenset[str] = fr
             "runs_imported": sum(cfg.suite in params.imported_suites and run_id in imported_runs
                                  for run_id, cfg in runs.items()),
             "suites": sorted({cfg.suite for cfg in runs.values()})}
+
+
+def cpu_text(c: dict) -> str:
+    """The CPU-hours of a cost and the runs they cover, or "—" where no run has a measured rate."""
+    return f"{c['cpu_hours']:.3g} ({c['cpu_runs']} of {c['runs']})" if c["cpu_runs"] else "—"
 
 
 def here_text(c: dict) -> str:
@@ -145,7 +155,6 @@ def cost_markdown(params: Params, imported_runs: frozenset[str] = frozenset()) -
              "|---|---|---|---|---|---|---|---|"]
     for table_id in load_layouts():
         c = table_cost(params, table_id, imported_runs)
-        cpu = f"{c['cpu_hours']:.3g} ({c['cpu_runs']} of {c['runs']})" if c["cpu_runs"] else "—"
-        lines.append(f"| {table_id} | {c['runs']} | {c['pflop']:.3g} | {c['gpu_hours']:.3g} | {cpu} | "
+        lines.append(f"| {table_id} | {c['runs']} | {c['pflop']:.3g} | {c['gpu_hours']:.3g} | {cpu_text(c)} | "
                      f"{'; '.join(c['data']) or '—'} | {here_text(c)} | {', '.join(c['suites']) or '—'} |")
     return "\n".join(lines)
