@@ -36,7 +36,7 @@ test: env system-packages
 	.venv/bin/python -m pytest -n auto --dist worksteal
 
 # The tests to run while working, run as `make test` runs them: the unit tests and the fingerprints
-# (tests/unit, tests/fingerprints), about 4 minutes on 2 cores. It leaves out the tiers that drive Snakemake,
+# (tests/unit, tests/fingerprints), 2 to 4 minutes on 2 cores. It leaves out the tiers that drive Snakemake,
 # DVC, MLflow servers and training jobs as child processes (tests/integration, tests/reliability, the cluster
 # smoke test): most of `make test`'s time, even without their `slow` tests. `make test` before a commit.
 test-fast: env system-packages

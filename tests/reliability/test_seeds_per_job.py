@@ -22,10 +22,9 @@ import yaml
 
 from fedskew import paths
 from fedskew.config import load_params
-from tests.helpers import KILL_ROUNDS, REPO
+from tests.helpers import KILL_ROUNDS, REPO, mlflow_runs
 
 pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -69,15 +68,6 @@ def _runs(project: Path, rounds: int | None = None) -> list:
     return [params.run("tiny", "digits", "dir0.5", "fedavg", seed) for seed in (0, 1)]
 
 
-def _mlflow_runs(uri: str, cfg) -> list:
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(f"fedskew/{cfg.suite}")
-    if experiment is None:
-        return []
-    return [r for r in client.search_runs([experiment.experiment_id])
-            if r.data.tags.get("fedskew.run_id") == cfg.run_id]
-
-
 def _files(project: Path, cfg) -> dict[str, bytes]:
     return {p: (project / cfg.path(p)).read_bytes() for p in (paths.RUN_HISTORY, paths.RUN_METRICS, paths.RUN_CONFIG)}
 
@@ -100,7 +90,7 @@ def test_one_job_trains_each_seed_as_its_own_job_would_with_one_tracking_worker(
     assert "TRACKING FAILED" not in err
     together = {cfg.seed: _files(project, cfg) for cfg in runs}
     for cfg in runs:
-        [recorded] = _mlflow_runs(store, cfg)
+        [recorded] = mlflow_runs(store, cfg)
         assert recorded.info.status == "FINISHED"
         assert recorded.data.params["seed"] == str(cfg.seed)
         assert recorded.data.tags["fedskew.seed"] == str(cfg.seed)
@@ -120,8 +110,8 @@ def test_a_failed_run_does_not_stop_the_others_and_the_job_names_it(project, sto
     assert "1 of 2 runs failed: seed 0" in err
     assert not (project / runs[0].path(paths.RUN_METRICS)).exists()
     assert (project / runs[1].path(paths.RUN_METRICS)).exists()
-    assert [r.info.status for r in _mlflow_runs(store, runs[0])] == ["FAILED"]
-    assert [r.info.status for r in _mlflow_runs(store, runs[1])] == ["FINISHED"]
+    assert [r.info.status for r in mlflow_runs(store, runs[0])] == ["FAILED"]
+    assert [r.info.status for r in mlflow_runs(store, runs[1])] == ["FINISHED"]
 
 
 def test_a_job_stopped_in_its_second_run_is_resumed_by_its_retry_without_duplicate_runs(project, store) -> None:
@@ -135,8 +125,8 @@ def test_a_job_stopped_in_its_second_run_is_resumed_by_its_retry_without_duplica
         time.sleep(0.01)
     os.killpg(job.pid, signal.SIGTERM)  # a preemption reaches the job and its worker
     _finish(job, code=143)
-    assert [r.info.status for r in _mlflow_runs(store, runs[0])] == ["FINISHED"]
-    assert [r.info.status for r in _mlflow_runs(store, runs[1])] == ["KILLED"]
+    assert [r.info.status for r in mlflow_runs(store, runs[0])] == ["FINISHED"]
+    assert [r.info.status for r in mlflow_runs(store, runs[1])] == ["KILLED"]
     assert not (project / runs[1].path(paths.RUN_METRICS)).exists()
     first = _files(project, runs[0])
 
@@ -145,5 +135,5 @@ def test_a_job_stopped_in_its_second_run_is_resumed_by_its_retry_without_duplica
     assert f"run {runs[1].run_id}: resuming after round" in err
     assert _files(project, runs[0]) == first  # restored from its last checkpoint, byte for byte
     for cfg in runs:
-        [recorded] = _mlflow_runs(store, cfg)  # continued, not recorded twice
+        [recorded] = mlflow_runs(store, cfg)  # continued, not recorded twice
         assert recorded.info.status == "FINISHED"
