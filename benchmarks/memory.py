@@ -123,9 +123,10 @@ def worker(args: argparse.Namespace) -> dict:
     from fedskew.data.registry import DatasetInfo, _normalise
     from fedskew.engine.evaluate import evaluate
     from fedskew.engine.sampling import client_seed, clients_per_round, sampling_schedule
-    from fedskew.engine.rounds import federated_round, tensor_bytes
+    from fedskew.engine.rounds import federated_round
     from fedskew.fl import ALGORITHMS
     from fedskew.fl.base import ClientContext, TrainingSettings
+    from fedskew.fl.traffic import tensor_bytes
     from fedskew.models import build_model
 
     torch.set_num_threads(args.threads)

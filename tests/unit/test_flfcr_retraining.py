@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from fedskew.config import RunConfig
-from fedskew.engine.rounds import federated_round, tensor_bytes
+from fedskew.engine.rounds import federated_round
 from fedskew.fl.base import TrainingSettings
 from fedskew.fl.flfcr import FLFCR
 from fedskew.fl.flfcr_features import ClassStatisticsPool, class_feature_statistics
+from fedskew.fl.traffic import tensor_bytes
 from fedskew.models import build_model
 from tests.helpers import DIGITS_INFO, random_digits
 from tests.helpers import make_client as _client

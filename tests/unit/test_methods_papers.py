@@ -17,7 +17,7 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.engine.checkpoint import load_checkpoint
-from fedskew.engine.rounds import NonFiniteError, tensor_bytes, train_client
+from fedskew.engine.rounds import NonFiniteError, train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import TrainingSettings, trainable_parameters
@@ -28,6 +28,7 @@ from fedskew.fl.flfcr_features import class_feature_statistics, pool_class_stati
 from fedskew.fl.flfcr_retraining import retrain_head, sample_class_features
 from fedskew.fl.losses import logit_adjusted_cross_entropy, true_class_margin_cross_entropy
 from fedskew.fl.server_math import weighted_average
+from fedskew.fl.traffic import tensor_bytes
 from fedskew.models import build_model
 from tests.helpers import DIGITS_INFO, method_config, random_digits, single_setting
 from tests.helpers import make_client as _client

@@ -19,7 +19,7 @@ from torch import nn
 
 from fedskew import paths
 from fedskew.engine.checkpoint import load_checkpoint
-from fedskew.engine.rounds import tensor_bytes, train_client
+from fedskew.engine.rounds import train_client
 from fedskew.engine.simulation import RunStopped, run_training
 from fedskew.fl import ALGORITHMS
 from fedskew.fl.base import ClientUpdate, TrainingSettings, trainable_parameters
@@ -28,6 +28,7 @@ from fedskew.fl.fednova import FedNova
 from fedskew.fl.fedopt import FedAdagrad, FedAdam, FedYogi
 from fedskew.fl.scaffold import Scaffold
 from fedskew.fl.server_math import normalizing_factor
+from fedskew.fl.traffic import tensor_bytes
 from fedskew.models import build_model
 from tests.helpers import DIGITS_INFO, TinyNet, method_config, random_digits, single_setting
 from tests.helpers import make_client as _client

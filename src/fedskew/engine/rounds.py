@@ -26,7 +26,7 @@ from fedskew.fl.base import (
     local_optimizer,
     trainable_parameters,
 )
-from fedskew.fl.traffic import tensor_bytes  # one definition for every round (re-exported)
+from fedskew.fl.traffic import Traffic
 from fedskew.models.dropout import dropout_layers, has_foreign_dropout, masks_from
 
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
@@ -165,16 +165,15 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     """
     fold = algorithm.begin_aggregate(RoundStart(global_state, [c.num_samples for c in clients],
                                                 trainable_parameters(model)))
-    updates, traffic = [], {"down_weights": 0, "down_payload": 0, "up_weights": 0, "up_payload": 0}
-    global_bytes = tensor_bytes(global_state)  # what each participant downloads
+    updates, traffic = [], Traffic(down=("weights", "payload"), up=("weights", "payload"))
+    traffic.send_down("weights", global_state, copies=len(clients))  # every participant downloads the model
     if vectorised:
         trained = train_clients_vectorised(algorithm, model, global_state, clients, x, y,
                                            lambda client, loss, steps: nonfinite_loss(run_id, client, loss, steps))
     else:
         train = _sequential_trainer(algorithm, model, global_state, x, y, run_id, augment)
     for position, client in enumerate(clients):
-        traffic["down_weights"] += global_bytes
-        traffic["down_payload"] += tensor_bytes(algorithm.download_payload(client))
+        traffic.send_down("payload", algorithm.download_payload(client))
         if vectorised:
             update, trained[position] = trained[position], None
             if after_local is not None:
@@ -183,8 +182,8 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
             update = train(client)
         if after_local is not None:
             after_local(client, model)
-        traffic["up_weights"] += tensor_bytes(update.state)
-        traffic["up_payload"] += tensor_bytes(update.payload)
+        traffic.send_up("weights", update.state)
+        traffic.send_up("payload", update.payload)
         fold.fold(update)
         update.state, update.payload = {}, {}  # folded: drop this client's copy now
         updates.append(update)
@@ -193,23 +192,21 @@ def federated_round(algorithm: FederatedAlgorithm, model: torch.nn.Module, globa
     if exchange is not None:
         new_state = second_exchange(exchange, model, new_state, clients, x, y, traffic)
     return RoundResult(new_state, {u.client_id: u.train_loss for u in updates},
-                       {u.client_id: u.num_samples for u in updates}, traffic)
+                       {u.client_id: u.num_samples for u in updates}, traffic.counts())
 
 
 def second_exchange(exchange: Exchange, model: torch.nn.Module, state: dict, clients: list[ClientContext],
-                    x: torch.Tensor, y: torch.Tensor, traffic: dict[str, int]) -> dict:
+                    x: torch.Tensor, y: torch.Tensor, traffic: Traffic) -> dict:
     """A method's second round trip (`FederatedAlgorithm.begin_exchange`): each participant receives
     `state` and answers with what it computes on its local set; both directions count as traffic."""
     model.load_state_dict(state)
     was_training = model.training
     model.eval()
-    state_bytes = tensor_bytes(state)
+    traffic.send_down("weights", state, copies=len(clients))
     with torch.no_grad():
         for client in clients:
-            traffic["down_weights"] += state_bytes
             indices = client.indices.to(x.device)
-            message = exchange.client_message(model, client, x[indices], y[indices])
-            traffic["up_payload"] += tensor_bytes(message)
+            message = traffic.send_up("payload", exchange.client_message(model, client, x[indices], y[indices]))
             exchange.fold(client, message)
     model.train(was_training)
     return exchange.finish()
