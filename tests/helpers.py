@@ -86,7 +86,7 @@ FASHION_PARAMS = {
     "methods": {},
     "suites": {"s": {"settings": [{"dataset": "fashionmnist", "partitions": ["iid"]}], "methods": ["fedavg"],
                      "seeds": [0]}},
-    "training": {},
+    "training": {"s": {}},  # every suite says what it trains with: here the built-in defaults
 }
 
 
@@ -106,7 +106,7 @@ def method_config(params: dict, method: str, training: dict | None = None, label
     from fedskew.config import load_params
 
     base = load_params(params).run("tiny", "digits", "dir0.5", params["suites"]["tiny"]["methods"][0], 0)
-    spec = {"algorithm": method, **ALGORITHMS[method].hyperparameters, **hyperparameters}
+    spec = {"algorithm": method, **ALGORITHMS[method].defaults, **hyperparameters}
     return dataclasses.replace(base, method=label or method, method_spec=spec,
                                training={**base.training, **(training or {})})
 

@@ -3,25 +3,30 @@
 Validating params.yaml (every command's first step, `python -m fedskew validate` and the
 Snakefile) and the listings need a few facts about the things params.yaml names: each
 dataset source's input shape and classes, what each model needs of its inputs, where
-it can be cut and how wide its features are, each algorithm's hyperparameters with their
+it can be cut and how wide its features are, each method's hyperparameters with their
 defaults and which of them another one turns off. The registries that build those things
 (fedskew.data.registry, fedskew.models, fedskew.algorithms) import torch, which takes
-seconds; these tables give the same answers in no time.
+seconds; these give the same answers in no time.
 
-The registries stay the truth. tests/unit/test_catalog.py compares every entry here with
-them (it builds every model on the meta device; the feature widths are compared in
-tests/unit/test_config.py) and, when one disagrees, prints the entry to write here: the
-same arrangement as the names in workflow/schemas/params.schema.yaml. Adding a source,
-model or algorithm, or changing a default, is therefore done there and here.
-(Params.method_spec fills each run's hyperparameters from HYPERPARAMETERS, so a default
-changed only in the algorithm's class would not reach the runs: the test says so.)
+Methods: each class is the one source of what it is (fedskew.declarations). `methods()` serves the built-in
+ones from catalog.json, which `python -m fedskew catalog --write` derives from the classes (a test fails while
+it is stale, fedskew.derived), and a plugin's from its class (fedskew.plugins). Runs take their defaults from
+here (Params.method_spec), so a default is changed in the class and the derived file rewritten.
+Datasets and models: the tables below restate their registries, and tests/unit/test_catalog.py compares every
+entry with them (it builds every model on the meta device; the feature widths are compared in
+tests/unit/test_config.py) and, when one disagrees, prints the entry to write here.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from fedskew import plugins
+from fedskew.declarations import describe_method, first_paragraph
 from fedskew.families import Family
 
 # --- dataset sources (fedskew.data.registry) ---------------------------------------------
@@ -198,8 +203,7 @@ SPLIT_STAGES: dict[str, dict[str, str]] = {
 
 def model_summary(doc: str | None) -> str:
     """A model builder's docstring's first paragraph, on one line (what `fedskew models` prints)."""
-    paragraph = (doc or "").strip().split("\n\n")[0]
-    return " ".join(line.strip() for line in paragraph.splitlines())
+    return first_paragraph(doc)
 
 
 # Each model's summary: model_summary(fedskew.models.MODELS[name].__doc__).
@@ -246,75 +250,47 @@ def incompatibility(name: str, info: DatasetInfo) -> str | None:
     return MODEL_NEEDS[name].problem(name, info)
 
 
-# --- algorithms (fedskew.algorithms) -------------------------------------------------------
+# --- methods (fedskew.algorithms) -----------------------------------------------------------
 
-# Every algorithm, in fedskew.algorithms.ALGORITHMS' order, with its hyperparameters' paper defaults.
-HYPERPARAMETERS: dict[str, dict[str, Any]] = {
-    "fedavg": {},
-    "fedadagrad": {"server_lr": 0.1, "beta1": 0.9, "tau": 0.001},
-    "fedadam": {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001},
-    "feddecorr": {"beta": 0.1},
-    "feddyn": {"alpha": 0.01},
-    "feded": {"missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005, "logit_form": "paper"},
-    "feded_dis": {"missing_classes": "mask", "lam": 0.1},
-    "feded_fedexp": {"epsilon": 0.001, "average_last_two": True, "missing_classes": "mask", "lam": 0.1,
-                     "logit_weight": 0.005, "logit_form": "paper"},
-    "feded_fedsam": {"rho": 0.05, "missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005,
-                     "logit_form": "paper"},
-    "feded_logit": {"missing_classes": "mask", "logit_weight": 0.005, "logit_form": "paper"},
-    "fedexp": {"epsilon": 0.001, "average_last_two": True},
-    "fedlc": {"missing_classes": "mask", "tau": 1.0},
-    "fedlc_fedprox": {"mu": 0.01, "missing_classes": "mask", "tau": 1.0},
-    "fedlc_scaffold": {"missing_classes": "mask", "tau": 1.0},
-    "fedlogit": {"missing_classes": "mask"},
-    "fednova": {},
-    "fedntd": {"tau": 1.0, "beta": 1.0},
-    "fedprox": {"mu": 0.01},
-    "fedrs": {"alpha": 0.5},
-    "fedrs_soft": {"alpha": 0.5},
-    "fedsam": {"rho": 0.05},
-    "fedyogi": {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001},
-    "flfcr": {"H": 1.0, "global_counts": 1, "samples_per_class": 200, "retrain_epochs": 1, "retrain_lr": 0.0,
-              "features_from": "local"},
-    "moon": {"mu": 5.0, "temperature": 0.5, "proj_dim": 256},
-    "scaffold": {},
-    "scala": {"local_iterations": 5, "server_batch": 320, "missing_classes": "mask"},
-    "scala_concat": {"local_iterations": 5, "server_batch": 320},
-    "scala_server_la": {"local_iterations": 5, "server_batch": 320},
-    "sfl_local_loss": {"local_iterations": 5, "server_batch": 320},
-    "splitfed_v1": {"local_iterations": 5, "server_batch": 320},
-    "splitfed_v2": {"local_iterations": 5, "server_batch": 320},
-    "splitfed_v3": {"local_iterations": 5, "server_batch": 320},
-}
-# Algorithms whose update is derived for local SGD steps, so `training.optimizer: adam` is refused for them:
-# why, in a sentence that follows the method's name.
-SGD_ONLY_ALGORITHMS: dict[str, str] = {
-    "scaffold": "corrects each step by control variates scaled by SGD's step count and learning rate",
-    "fedlc_scaffold": "corrects each step by control variates scaled by SGD's step count and learning rate",
-    "fednova": "normalises each update by the number of SGD steps (and their momentum)",
-}
-# Options that act only through another one, a weight or a count that 0 turns off: algorithm -> (the switch,
-# what 0 means, the options 0 leaves without effect). With the switch at 0, such an option set to anything but
-# its default would change the run's id and nothing it computes, so validation refuses it (fedskew.config).
-_LOGIT_SUPPRESSION = ("logit_weight", "no logit suppression, L_logit", ("logit_form",))
-SWITCHED_OPTIONS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
-    # features_from: aggregated would still make the second exchange, whose statistics nothing would use
-    "flfcr": (("retrain_epochs", "no head retraining", ("samples_per_class", "retrain_lr", "features_from")),
-              ("H", "no margins, the only use of N_c", ("global_counts",))),
-    "fedntd": (("beta", "no distillation", ("tau",)),),
-    "moon": (("mu", "no contrastive term", ("temperature",)),),  # proj_dim still shapes the model
-    "feded": (_LOGIT_SUPPRESSION,),
-    "feded_logit": (_LOGIT_SUPPRESSION,),
-    "feded_fedexp": (_LOGIT_SUPPRESSION,),
-    "feded_fedsam": (_LOGIT_SUPPRESSION,),
-}
-# Every algorithm's family (its class's `family`): the engine runs the family's round, and a split method (fedskew.sfl)
-# cuts the model, so it has no local model of the whole network. One entry a family.
-FAMILIES: dict[str, Family] = {
-    **dict.fromkeys(("fedavg", "fedadagrad", "fedadam", "feddecorr", "feddyn", "feded", "feded_dis", "feded_fedexp",
-                     "feded_fedsam", "feded_logit", "fedexp", "fedlc", "fedlc_fedprox", "fedlc_scaffold", "fedlogit",
-                     "fednova", "fedntd", "fedprox", "fedrs", "fedrs_soft", "fedsam", "fedyogi", "flfcr", "moon",
-                     "scaffold"), Family.FEDERATED),
-    **dict.fromkeys(("scala", "scala_concat", "scala_server_la", "sfl_local_loss", "splitfed_v1", "splitfed_v2",
-                     "splitfed_v3"), Family.SPLIT),
-}
+CATALOG_FILE = Path(__file__).parent / "catalog.json"
+
+
+@cache
+def _written() -> dict:
+    """catalog.json: what `python -m fedskew catalog --write` derived from the built-in pieces' classes."""
+    return json.loads(CATALOG_FILE.read_text())
+
+
+@cache
+def methods() -> dict[str, dict]:
+    """Every method by name, as its class describes itself (fedskew.declarations.describe_method): the built-in
+    ones in fedskew.algorithms' order, from catalog.json, then the plugins' (fedskew.plugins), from their classes."""
+    built_in = _written()["methods"]
+    return {**built_in, **{name: {**describe_method(plugin.obj), "plugin": plugin.distribution,
+                                  "version": plugin.obj.version}
+                           for name, plugin in plugin_methods(set(built_in)).items()}}
+
+
+def plugin_methods(built_in: set[str]) -> dict[str, plugins.Plugin]:
+    """The installed plugins' methods by name, sorted; one that is no method class, or takes the name of one of
+    the `built_in` methods, is a PluginError."""
+    out = {}
+    for name, plugin in sorted(plugins.loaded("method").items()):
+        if name in built_in:
+            raise plugin.error(f"{name!r} is the name of a built-in method; give the entry point another name")
+        problem = plugins.method_problem(plugin)
+        if problem:
+            raise plugin.error(problem)
+        out[name] = plugin
+    return out
+
+
+def defaults(algorithm: str) -> dict[str, Any]:
+    """A method's hyperparameters with their defaults, in its class's order (what a run fills in)."""
+    return {key: declared["default"] for key, declared in methods()[algorithm]["hyperparameters"].items()}
+
+
+def family(algorithm: str) -> Family | None:
+    """A method's family (its class's `family`), None for a name that is no method."""
+    record = methods().get(algorithm)
+    return Family(record["family"]) if record else None

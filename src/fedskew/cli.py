@@ -16,6 +16,8 @@ from pathlib import Path
 from fedskew import job, listings, paths
 from fedskew.config import ConfigError, Params, load_params
 from fedskew.job import RunsFailedError, RunWriteError, Terminated, TrackingError
+from fedskew.newpiece import add_parser as add_new_parser
+from fedskew.newpiece import cmd_new
 from fedskew.packed.commands import add_parser as add_packed_parser
 from fedskew.packed.commands import cmd_packed
 from fedskew.runfiles import RunFileError
@@ -24,8 +26,18 @@ log = logging.getLogger("fedskew")
 
 
 def cmd_validate(params: Params, args: argparse.Namespace) -> None:
+    """Every suite of params.yaml and experiments/ expanded into its runs (what any Snakemake target would ask),
+    each method, dataset and partition they name resolved, every plugin loaded: a problem is a ConfigError."""
+    from fedskew.catalog import methods
+
+    every = params.runs(list(params.raw["suites"]))
     runs = params.runs()
-    print(f"params.yaml is valid: suites {params.default_suites}, {len(runs)} runs, "
+    files = sorted(set(params.origins.values()))
+    plugins = sorted({record["plugin"] for record in methods().values() if "plugin" in record})
+    print(f"{args.params}{f' and {len(files)} experiment file(s)' if files else ''} valid: "
+          f"{len(params.raw['suites'])} suites, {len(every)} runs"
+          f"{f'; methods of plugin(s) {plugins}' if plugins else ''}; "
+          f"built by default: suites {params.default_suites}, {len(runs)} runs, "
           f"{len(params.partitions_needed())} partitions")
 
 
@@ -218,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_commands(sub)
     _add_build_commands(sub)
     add_packed_parser(sub)
+    add_new_parser(sub)
     return parser
 
 
@@ -298,9 +311,27 @@ def _add_build_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON record a run")
     sub.add_parser("dvc-stages", help="write dvc.yaml from params.yaml and the modules each phase imports (after a "
                                       "change of run.suites)")
+    p = sub.add_parser("catalog", help="say whether the files derived from the pieces' classes (src/fedskew/catalog.json, "
+                                       "the method table of docs/methods.md) are current; --write writes them")
+    p.add_argument("--write", action="store_true", help="write the stale ones (after adding or changing a method)")
     sub.add_parser("dvc-lock", help="write dvc.yaml, then record every stage's deps and params in dvc.lock without "
                                     "running one (a change that leaves every result as it is)")
 
+
+def cmd_catalog(params: Params | None, args: argparse.Namespace) -> int:
+    """The derived files (fedskew.derived): written with --write, else checked (exit 1 while one is stale)."""
+    from fedskew import derived
+
+    if args.write:
+        written = derived.write()
+        print(f"wrote {', '.join(written)}" if written else "the derived files are current")
+        return 0
+    stale = derived.stale()
+    if stale:
+        print(f"stale: {', '.join(stale)}; run `python -m fedskew catalog --write`")
+        return 1
+    print("the derived files are current")
+    return 0
 
 
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
@@ -309,7 +340,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
             "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
             "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale,
-            "suites": listings.cmd_suites}
+            "suites": listings.cmd_suites, "catalog": cmd_catalog, "new": cmd_new}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the
@@ -347,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        params = None if args.command in ("methods", "models") else load_params(args.params)
+        params = None if args.command in ("methods", "models", "catalog", "new") else load_params(args.params)
         code = COMMANDS[args.command](params, args)
     except Exception as error:
         code = _reported(error)

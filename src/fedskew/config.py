@@ -6,7 +6,7 @@ known hyperparameters, no item listed twice: fedskew.config_schema), then the ch
 other (fedskew.config_checks): among them whether each partition can split each dataset a suite uses it on,
 wherever the dataset's size is known in advance (fedskew.data.sizes), whether the arrays a setting makes fedskew
 allocate fit (MAX_ARRAY_NUMBERS), and whether an option is left without effect by another
-(fedskew.catalog.SWITCHED_OPTIONS). Every problem is reported with the key, the bad value and what is allowed,
+(a method's `switches`). Every problem is reported with the key, the bad value and what is allowed,
 all at once. A run's training settings are typed in fedskew.training_config, which holds their defaults.
 """
 
@@ -21,11 +21,13 @@ from typing import Any
 
 import yaml
 
-from fedskew import discovery
-from fedskew.catalog import DATASET_DEFAULTS, HYPERPARAMETERS
+from fedskew import catalog, discovery
+from fedskew.catalog import DATASET_DEFAULTS
 from fedskew.config_checks import cross_section_problems
 from fedskew.config_errors import ConfigError
 from fedskew.config_schema import read_params_file, schema_problems
+from fedskew.experiments import locate
+from fedskew.experiments import merge as merge_experiments
 from fedskew.numerics import cpu_pin
 from fedskew.training_config import EXECUTION_SETTINGS, LATER_TRAINING_OPTIONS, TrainingConfig, resolve_training
 
@@ -138,22 +140,47 @@ def run_versions(algorithm: str | None, model: str | None, source: str | None, s
     is not 1: each as its own source file sets it (fedskew.engine.VERSION, fedskew.models.VERSIONS, a method's,
     source's or scheme's class attribute `version`), read without importing torch."""
     versions = {"engine": discovery.module_constant("fedskew.engine", "VERSION"),
-                "method": discovery.declared_versions("method").get(algorithm, 1),
+                "method": _method_version(algorithm),
                 "model": discovery.module_constant("fedskew.models", "VERSIONS").get(model, 1),
                 "source": discovery.declared_versions("source").get(source, 1),
                 "scheme": discovery.declared_versions("scheme").get(scheme, 1)}
     return {piece: version for piece, version in versions.items() if version != 1}
 
 
-class Params:
-    """A validated params.yaml."""
+def _method_version(algorithm: str | None) -> int:
+    """A method's numerics version: a built-in one's as its source file sets it, a plugin's as its class does."""
+    built_in = discovery.declared_versions("method")
+    if algorithm in built_in or algorithm is None:
+        return built_in.get(algorithm, 1)
+    return catalog.methods().get(algorithm, {}).get("version", 1)
 
-    def __init__(self, raw: dict):
+
+class Params:
+    """A validated params.yaml, with the experiments merged in (fedskew.experiments)."""
+
+    def __init__(self, raw: dict, origins: dict[tuple[str, str], str] | None = None,
+                 inherits: dict[str, str] | None = None):
         self.raw = raw
+        # (section, name) -> the experiment file that defines it; a name not here is params.yaml's
+        self.origins = dict(origins or {})
+        self.inherits = dict(inherits or {})  # training block -> the block it inherits (`inherit:`)
+
+    def training_blocks(self, suite: str) -> list[str]:
+        """The training blocks a suite's settings come from: its own, then each it inherits from."""
+        blocks = [suite]
+        while blocks[-1] in self.inherits:
+            blocks.append(self.inherits[blocks[-1]])
+        return blocks
+
+    @property
+    def experiment_suites(self) -> list[str]:
+        return [name for section, name in self.origins if section == "suites"]
 
     @property
     def default_suites(self) -> list[str]:
-        return list(self.raw["run"]["suites"])
+        """What `snakemake --cores all`, `dvc repro` and `fedskew run` build: run.suites, then every suite of
+        the experiments."""
+        return list(dict.fromkeys([*self.raw["run"]["suites"], *self.experiment_suites]))
 
     def suite_runs(self, suite: str) -> list[RunConfig]:
         """`runs([suite])`, computed once per suite (the reproduction looks suites up per cell)."""
@@ -187,7 +214,7 @@ class Params:
 
     def method_spec(self, method: str) -> dict:
         spec = self.raw["methods"].get(method, {"algorithm": method})
-        return {"algorithm": spec["algorithm"], **HYPERPARAMETERS[spec["algorithm"]],
+        return {"algorithm": spec["algorithm"], **catalog.defaults(spec["algorithm"]),
                 **{k: v for k, v in spec.items() if k != "algorithm"}}
 
     def training(self, suite: str, dataset: str) -> dict:
@@ -223,21 +250,32 @@ class Params:
         return {(c.dataset, c.partition, c.seed) for c in self.runs(suites)}
 
 
-def load_params(source: Path | str | dict = "params.yaml") -> Params:
-    """Read and validate params.yaml (or an already-parsed dict); raise ConfigError listing every problem."""
+_BESIDE = Path("experiments")  # load_params' default: the experiments/ folder beside the params file
+
+
+def load_params(source: Path | str | dict = "params.yaml", experiments: Path | None = _BESIDE) -> Params:
+    """Read and validate params.yaml (or an already-parsed dict) with the experiment files of `experiments`
+    merged in (fedskew.experiments); raise ConfigError listing every problem, each in a name an experiment
+    defines prefixed with its file.
+
+    `experiments` defaults to the experiments/ folder beside the params file (none for a dict); None reads
+    params.yaml alone (the shipped file's own tests)."""
     if isinstance(source, dict):
         raw, label = source, "params"
+        folder = None if experiments is _BESIDE else experiments
     else:
         path = Path(source)
         if not path.exists():
             raise ConfigError(f"{path}: no such file; run from the project root or pass --params")
         raw = read_params_file(path)
         label = str(path)
+        folder = path.parent / "experiments" if experiments is _BESIDE else experiments
+    merged = merge_experiments(raw, label, folder)
     # The cross-section checks read the sections as the schema promises them, so they run only once it passes.
-    problems = schema_problems(raw) or cross_section_problems(raw)
+    problems = locate(merged, schema_problems(merged.raw) or cross_section_problems(merged.raw))
     if problems:
         raise ConfigError(f"{label} is invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
-    return Params(raw)
+    return Params(merged.raw, merged.origins, merged.inherits)
 
 
 def run_config_yaml(cfg: RunConfig) -> str:

@@ -2,7 +2,7 @@
 
 References between sections (a suite naming an undefined dataset, partition or method; a training section
 without its suite), whether a model takes a dataset's inputs, a setting another leaves without effect
-(fedskew.catalog.SWITCHED_OPTIONS), whether the arrays a setting makes fedskew allocate fit
+(a method's `switches`), whether the arrays a setting makes fedskew allocate fit
 (MAX_ARRAY_NUMBERS), and whether each partition can split each dataset a suite uses it on, wherever the
 dataset's size is known in advance (fedskew.data.sizes). Without torch: the facts about datasets, models and
 algorithms come from fedskew.catalog. Every problem is one line with the key, the bad value and what is allowed,
@@ -14,13 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fedskew import catalog
 from fedskew.catalog import (
     DATASET_DEFAULTS,
-    FAMILIES,
-    HYPERPARAMETERS,
-    SGD_ONLY_ALGORITHMS,
     SPLIT_POINTS,
-    SWITCHED_OPTIONS,
     DatasetInfo,
     dataset_info,
     feature_dim,
@@ -101,16 +98,20 @@ def _algorithm(raw: dict, method: str) -> str:
 def _suite_problems(raw: dict, name: str, suite: dict, used: Uses) -> list[str]:
     """A suite's references (overrides, methods, each setting's dataset and partitions) and each setting's
     training settings; records in `used` the (dataset, partition) pairs it trains on."""
-    training = raw["training"].get(name, {})
+    if name not in raw["training"]:  # never silent defaults: the suite says what it trains with
+        return [f"suites.{name}: no training block training.{name}; write one with the suite's settings, or "
+                f"`training: {{{name}: {{inherit: <block>, ...}}}}` to take another block's and change some "
+                f"(blocks: {', '.join(raw['training']) or 'none'})"]
+    training = raw["training"][name]
     datasets = [s["dataset"] for s in suite["settings"]]
     problems = [f"training.{name}.overrides.{key}: suite {name!r} uses no dataset {key!r}"
                 for key in training.get("overrides", {}) if key not in datasets]
     for i, method in enumerate(suite["methods"]):
-        if method not in raw["methods"] and method not in HYPERPARAMETERS:
-            hint = suggestion(method, [*raw["methods"], *HYPERPARAMETERS])
+        if method not in raw["methods"] and method not in catalog.methods():
+            hint = suggestion(method, [*raw["methods"], *catalog.methods()])
             problems.append(f"suites.{name}.methods[{i}]: {method!r} is neither a method defined under "
                             f"`methods` nor an algorithm{hint}; methods: {', '.join(raw['methods']) or 'none'}; "
-                            f"algorithms: {', '.join(HYPERPARAMETERS)}")
+                            f"algorithms: {', '.join(catalog.methods())}")
     first_setting: dict[tuple[str, str], int] = {}
     for j, entry in enumerate(suite["settings"]):
         dataset = entry["dataset"]
@@ -163,7 +164,7 @@ def _setting_training_problems(raw: dict, setting: _Setting, methods: list[str],
     if train.precision == "tf32" and train.device == "cpu":
         problems.append(f"training.{setting.suite}: precision 'tf32' needs an NVIDIA GPU, but device is 'cpu'; "
                         "use fp32 or bf16 on a CPU, or device cuda/auto")
-    split = [m for m in methods if FAMILIES.get(_algorithm(raw, m)) == Family.SPLIT]
+    split = [m for m in methods if catalog.family(_algorithm(raw, m)) == Family.SPLIT]
     if train.local_diagnostics and split:
         problems.append(f"training.{setting.suite}.local_diagnostics: suite {setting.suite!r} runs split method(s) "
                         f"{', '.join(split)}, which have no local model of the whole network to "
@@ -196,9 +197,10 @@ def _optimizer_problems(raw: dict, name: str, methods: list[str], train: Trainin
                         "its own betas (0.9, 0.999): set momentum 0, or optimizer sgd")
     for method in methods:
         algorithm = _algorithm(raw, method)
-        if algorithm in SGD_ONLY_ALGORITHMS:
-            problems.append(f"training.{name}: optimizer adam, but method {method!r} "
-                            f"{SGD_ONLY_ALGORITHMS[algorithm]}; train it with optimizer sgd")
+        why = catalog.methods().get(algorithm, {}).get("sgd_only")
+        if why:
+            problems.append(f"training.{name}: optimizer adam, but method {method!r} {why}; "
+                            "train it with optimizer sgd")
     return problems
 
 
@@ -215,21 +217,22 @@ def _interval_problems(setting: _Setting, train: TrainingConfig, written: dict[s
 
 
 def _switched_off_problems(raw: dict) -> list[str]:
-    """Method options another option leaves without effect (fedskew.catalog.SWITCHED_OPTIONS), set to a value
+    """Method options another option leaves without effect (a method's `switches`), set to a value
     other than their default: the same computation as the default, under another run id."""
     problems = []
     for name, spec in raw["methods"].items():
         algorithm = spec["algorithm"]
-        options = {**HYPERPARAMETERS[algorithm], **spec}
+        defaults = catalog.defaults(algorithm)
+        options = {**defaults, **spec}
         if algorithm == "flfcr" and options["samples_per_class"] == 0 and options["retrain_epochs"] > 0:
             problems.append(f"methods.{name}.samples_per_class: 0 draws no features, so retrain_epochs "
                             f"{options['retrain_epochs']} retrains nothing; to turn retraining off, write "
                             "retrain_epochs: 0 and leave samples_per_class out")
-        for switch, meaning, dependents in SWITCHED_OPTIONS.get(algorithm, ()):
+        for switch, meaning, dependents in catalog.methods()[algorithm]["switches"]:
             if options[switch] != 0:
                 continue
             for option in dependents:
-                if option in spec and spec[option] != HYPERPARAMETERS[algorithm][option]:
+                if option in spec and spec[option] != defaults[option]:
                     problems.append(f"methods.{name}.{option}: {short_value(spec[option])} has no effect while {switch} "
                                     f"is 0 ({meaning}); leave {option} out, or make {switch} nonzero")
     return problems
@@ -249,7 +252,7 @@ def _resampling_problems(raw: dict, suite: str, methods: list[str], dataset: str
         method_spec = raw["methods"].get(method, {"algorithm": method})
         if method_spec["algorithm"] != "flfcr":
             continue
-        per_class = method_spec.get("samples_per_class", HYPERPARAMETERS["flfcr"]["samples_per_class"])
+        per_class = method_spec.get("samples_per_class", catalog.defaults("flfcr")["samples_per_class"])
         fixed = isinstance(per_class, int)
         drawn = per_class * info.num_classes if fixed else sizes.train_size(spec)
         if drawn is None or drawn * width <= MAX_ARRAY_NUMBERS:

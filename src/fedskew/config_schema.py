@@ -18,8 +18,10 @@ from typing import Any
 
 import yaml
 
+from fedskew import catalog
 from fedskew.catalog import DATASET_DEFAULTS
 from fedskew.config_errors import ConfigError, short_value, suggestion
+from fedskew.declarations import method_schema
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
@@ -126,7 +128,11 @@ def read_params_file(path: Path) -> Any:
 
 @cache
 def params_schema() -> dict:
-    """The schema of params.yaml (workflow/schemas/params.schema.yaml) with the dataset sources of fedskew.catalog.
+    """The schema of params.yaml (workflow/schemas/params.schema.yaml) with the methods and the dataset sources of
+    fedskew.catalog.
+
+    `algorithm` takes the name of every method (built-in or a plugin's), and each method's clause its declared
+    hyperparameters (fedskew.declarations.method_schema).
 
     A source is one module of fedskew.data.datasets plus its catalog entry, so the schema file does not list
     the sources: `source` takes exactly the catalog's names, and a source the file gives no options clause
@@ -134,6 +140,9 @@ def params_schema() -> dict:
     Parsed once per process (about 0.1 s; tests validate hundreds of files).
     """
     schema = yaml.load(SCHEMA_PATH.read_text(), Loader=_SafeLoader)
+    method = schema["$defs"]["method"]
+    method["properties"]["algorithm"] = {"enum": list(catalog.methods())}
+    method["allOf"] = [method_schema(name, record) for name, record in catalog.methods().items()]
     dataset = schema["$defs"]["dataset"]
     dataset["properties"]["source"] = {"enum": list(DATASET_DEFAULTS)}
     covered: set[str] = set()

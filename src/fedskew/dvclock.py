@@ -174,7 +174,13 @@ def lock_problems(root: Path = Path(".")) -> list[str]:
     fix = f"run `{LOCK_COMMAND}`"
     lock_path = root / "dvc.lock"
     recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
-    raw = yaml.safe_load((root / "params.yaml").read_text())
+    files: dict[str, Any] = {}  # params.yaml and the experiment files, each read once
+
+    def values(path: str) -> Any:
+        if path not in files:
+            files[path] = yaml.safe_load((root / path).read_text())
+        return files[path]
+
     problems = []
     with _repo(root) as repo:
         loaded = [s for s in repo.index.stages if isinstance(s, PipelineStage)]
@@ -197,10 +203,10 @@ def lock_problems(root: Path = Path(".")) -> list[str]:
                 if isinstance(dep, ParamsDependency):
                     changed = dep.workspace_status().get(str(dep), {})
                     for key, status in changed.items():
-                        problems.append(f"{stage.name}: params.yaml key {key} {status}: {fix}")
+                        problems.append(f"{stage.name}: {dep.def_path} key {key} {status}: {fix}")
                     for key, value in (dep.hash_info.value or {}).items():
-                        if key not in changed and _value_at(raw, key) != value:
-                            problems.append(f"{stage.name}: dvc.lock's {key} is not params.yaml's: {fix}")
+                        if key not in changed and _value_at(values(dep.def_path), key) != value:
+                            problems.append(f"{stage.name}: dvc.lock's {key} is not {dep.def_path}'s: {fix}")
                 elif dep.def_path in outputs:
                     if dep.hash_info != outputs[dep.def_path].hash_info:
                         problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded as the output "

@@ -195,7 +195,10 @@ class Uses:
         from fedskew.data.datasets import dataset_sources
         from fedskew.data.partitions.registry import SCHEME_CLASSES
 
-        return {"algorithm": {ALGORITHMS[params.method_spec(m)["algorithm"]].__module__ for m in self.methods},
+        # A plugin's method is not fedskew's code: its runs change with its class's `version` (in their ids)
+        return {"algorithm": {module for m in self.methods
+                              if (module := ALGORITHMS[params.method_spec(m)["algorithm"]].__module__)
+                              .startswith("fedskew.")},
                 "source": {dataset_sources()[params.dataset_spec(d)["source"]].__module__ for d in self.datasets},
                 "scheme": {SCHEME_CLASSES[params.partition_spec(p)["scheme"]].__module__ for p in self.partitions}}
 
@@ -204,25 +207,46 @@ class Uses:
 # The keys of params.yaml a stage reads
 
 
-def param_key(params: Params, section: str, name: str, *rest: str) -> str:
-    """DVC's key path for params.yaml's `section.name` (and deeper keys): a dot in `name` written `?`, or, where
-    `?` would also match another name of the section, as the one character a name may hold besides letters,
-    digits, `_` and `-` (workflow/schemas/params.schema.yaml): a dot."""
+@dataclass(frozen=True)
+class Key:
+    """A key path DVC reads, and the file it is in: None for params.yaml, else the experiment that defines it."""
+
+    file: str | None
+    path: str
+
+
+def param_key(params: Params, section: str, name: str, *rest: str) -> Key:
+    """DVC's key path for `section.name` (and deeper keys), in the file that defines the name: a dot in `name`
+    written `?`, or, where `?` would also match another name of the section, as the one character a name may
+    hold besides letters, digits, `_` and `-` (workflow/schemas/params.schema.yaml): a dot."""
     pattern = name
     if "." in name:
         pattern = name.replace(".", "?")
         if [other for other in map(str, params.raw[section]) if fnmatch.fnmatchcase(other, pattern)] != [name]:
             pattern = name.replace(".", "[!0-9A-Za-z_-]")
-    return ".".join([section, pattern, *rest])
+    return Key(params.origins.get((section, name)), ".".join([section, pattern, *rest]))
 
 
-def suite_keys(params: Params, suite: str) -> list[str]:
-    """What a suite's runs and tables are made of: its grid, training, and the methods, datasets, partitions it
-    names (a method that `methods` does not define is an algorithm with its defaults: no key)."""
+def dvc_params(keys: list[Key]) -> list:
+    """A stage's `params` as dvc.yaml writes them: params.yaml's keys, then `{<experiment file>: [keys]}` each."""
+    by_file: dict[str | None, list[str]] = {}
+    for key in keys:
+        by_file.setdefault(key.file, [])
+        if key.path not in by_file[key.file]:
+            by_file[key.file].append(key.path)
+    plain = by_file.pop(None, [])
+    return [*plain, *({file: paths} for file, paths in by_file.items())]
+
+
+def suite_keys(params: Params, suite: str) -> list[Key]:
+    """What a suite's runs and tables are made of: its grid, training (and the blocks it inherits), and the methods,
+    datasets, partitions it names (a method that `methods` does not define is an algorithm with its defaults: no
+    key)."""
     uses = Uses.of(params, [suite])
     raw = params.raw
     return [param_key(params, "suites", suite),
-            *([param_key(params, "training", suite)] if suite in raw.get("training", {}) else []),
+            *(param_key(params, "training", block) for block in params.training_blocks(suite)
+              if block in raw.get("training", {})),
             *(param_key(params, "methods", m) for m in uses.methods if m in raw.get("methods", {})),
             *(param_key(params, "datasets", d) for d in uses.datasets),
             *(param_key(params, "partitions", p) for p in uses.partitions)]
@@ -265,27 +289,28 @@ def stages(params: Params, root: Path) -> list[Stage]:
         Stage("download", "download", None, {
             "cmd": "snakemake --cores all download_all",
             "deps": code("download", suites),
-            "params": ["run.suites", *settings, *datasets],
+            "params": dvc_params([Key(None, "run.suites"), *settings, *datasets]),
             "outs": [{"data/raw": {"persist": True}}]}),
         Stage("partition", "partition", None, {
             "cmd": "snakemake --cores all partition_all",
             "deps": ["data/raw", *code("partition", suites)],
-            "params": ["run.suites", *settings, *(param_key(params, "suites", s, "seeds") for s in suites), *datasets,
-                       *(param_key(params, "partitions", p) for p in every.partitions)],
+            "params": dvc_params([Key(None, "run.suites"), *settings,
+                                  *(param_key(params, "suites", s, "seeds") for s in suites), *datasets,
+                                  *(param_key(params, "partitions", p) for p in every.partitions)]),
             "outs": [{"data/partitions": {"persist": True}}]}),
     ]
     for suite in suites:
         found.append(Stage(stage_name("train", suite), "train", suite, {
             "cmd": f"snakemake --cores all results/runs/{suite}/TRAINED",
             "deps": ["data/raw", "data/partitions", *code("train", [suite])],
-            "params": suite_keys(params, suite),
+            "params": dvc_params(suite_keys(params, suite)),
             "outs": [{f"results/runs/{suite}": {"persist": True}},
                      {f"results/checkpoints/{suite}": {"persist": True}}]}))
     for suite in suites:
         found.append(Stage(stage_name("aggregate", suite), "aggregate", suite, {
             "cmd": f"snakemake --cores all results/tables/{suite}.md",
             "deps": [f"results/runs/{suite}", *code("aggregate", [suite])],
-            "params": suite_keys(params, suite),  # the tables print every spec and the protocol
+            "params": dvc_params(suite_keys(params, suite)),  # the tables print every spec and the protocol
             "outs": [{f"results/tables/{suite}.{ext}": {"cache": False}} for ext in ("md", "csv", "tex")],
             "metrics": [{f"results/tables/{suite}.json": {"cache": False}}],
             "plots": [{f"results/figures/{suite}": {"cache": False}}]}))

@@ -16,15 +16,17 @@ from fedskew.config import ConfigError, Params
 
 
 def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
-    from fedskew.algorithms import ALGORITHMS
+    """Every method (built-in, then the plugins') with its family, hyperparameters and defaults, and where each
+    default not the paper's own comes from; from fedskew.catalog, so without importing torch."""
+    from fedskew.catalog import methods
 
-    for name, cls in ALGORITHMS.items():
-        hps = ", ".join(f"{k}={v}" for k, v in cls.hyperparameters.items()) or "no hyperparameters"
-        # The class docstring tells variants in one file apart; else the module's cites the paper.
-        own_doc = cls.__dict__.get("__doc__") or sys.modules[cls.__module__].__doc__ or ""
-        print(f"{name:15s} [{cls.family}] {hps}\n{'':15s} {own_doc.strip().splitlines()[0]}")
-        for key, status in cls.paper_status.items():
-            print(f"{'':15s}   {key}={cls.hyperparameters[key]}: {status}")
+    for name, record in methods().items():
+        hps = ", ".join(f"{k}={h['default']}" for k, h in record["hyperparameters"].items())
+        origin = f" (plugin of {record['plugin']})" if "plugin" in record else ""
+        print(f"{name:15s} [{record['family']}]{origin} {hps or 'no hyperparameters'}\n{'':15s} {record['summary']}")
+        for key, declared in record["hyperparameters"].items():
+            if declared["status"]:
+                print(f"{'':15s}   {key}={declared['default']}: {declared['status']}")
 
 
 def cmd_models(params: Params | None, args: argparse.Namespace) -> None:

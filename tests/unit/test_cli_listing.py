@@ -128,6 +128,7 @@ def test_partitions_lists_parameters_with_defaults_and_the_suites_using_them(tin
     tiny_params["suites"]["other"] = {"settings": [{"dataset": "synth", "partitions": ["natural"]},
                                                    {"dataset": "digits", "partitions": ["q2"]}],
                                       "methods": ["fedavg"], "seeds": [0]}
+    tiny_params["training"]["other"] = {"inherit": "tiny"}
     (tiny_project / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
     assert main(["partitions"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -153,7 +153,7 @@ def test_an_entry_point_naming_a_missing_function_is_refused_in_one_line() -> No
 
 def test_a_suites_stages_read_its_own_keys_by_name_and_no_whole_section() -> None:
     params = load_params(REPO / "params.yaml")
-    keys = suite_keys(params, "default")
+    keys = [key.path for key in suite_keys(params, "default")]
     assert keys == ["suites.default", "training.default", "methods.fedavg", "methods.fedprox", "methods.fedlc",
                     "datasets.digits", "datasets.synthetic_1_1", "partitions.dir0?1", "partitions.dir0?5",
                     "partitions.q2", "partitions.natural"]
@@ -166,7 +166,7 @@ def test_a_suites_stages_read_its_own_keys_by_name_and_no_whole_section() -> Non
 def test_a_method_a_suite_names_that_methods_does_not_define_has_no_key() -> None:
     params = load_params(REPO / "params.yaml")
     assert "scaffold" in RAW["suites"]["methods"]["methods"] and "scaffold" not in RAW["methods"]
-    keys = suite_keys(params, "methods")
+    keys = [key.path for key in suite_keys(params, "methods")]
     assert "methods.fedprox" in keys and not any(k.startswith("methods.scaffold") for k in keys)
 
 
@@ -176,7 +176,7 @@ def test_a_dotted_name_is_a_key_dvc_reads_as_that_name_alone(tmp_path) -> None:
 
     partitions = {"dir0.5": {"beta": 0.5}, "dir0_5": {"beta": 5}, "dir0.1": {"beta": 0.1}, "q2": {"alpha": 2}}
     params = Params({"partitions": partitions})  # param_key reads only the section's names
-    keys = {name: param_key(params, "partitions", name) for name in partitions}
+    keys = {name: param_key(params, "partitions", name).path for name in partitions}
     assert keys["dir0.1"] == "partitions.dir0?1" and keys["q2"] == "partitions.q2"
     assert keys["dir0.5"] == "partitions.dir0[!0-9A-Za-z_-]5"  # `?` would also match dir0_5
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"partitions": partitions}))
@@ -192,7 +192,8 @@ def test_a_suite_with_a_dot_gets_a_stage_name_dvc_accepts_and_clashing_names_are
     assert names == ["download", "partition", "train-default", "train-split_long_p0_2", "aggregate-default",
                      "aggregate-split_long_p0_2"]
     suites["split_long_p0_2"] = suites["split_long_p0.2"]
-    clash = load_params({**copy.deepcopy(RAW), "suites": suites,
+    training = {**copy.deepcopy(RAW["training"]), "split_long_p0_2": {"inherit": "split_long_p0.2"}}
+    clash = load_params({**copy.deepcopy(RAW), "suites": suites, "training": training,
                          "run": {"suites": ["split_long_p0.2", "split_long_p0_2"]}})
     with pytest.raises(DvcFilesError, match="differ only by `.` and `_`.*rename one"):
         stages(clash, REPO)

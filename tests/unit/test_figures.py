@@ -142,8 +142,6 @@ def test_every_registered_algorithm_has_a_family() -> None:
             assert name in EXPLICITLY_OTHER, f"file {name} under a family in fedskew/report/method_families.py"
         if algorithm.family == "split":
             assert family == mf.SPLIT
-    # the mapping names only registered federated algorithms
-    assert all(ALGORITHMS[name].family == "federated" for name in mf.FEDERATED_FAMILIES)
     assert mf.algorithm_family("not_a_method") == mf.OTHER
     assert set(mf.DESCRIPTIONS) == set(mf.FAMILIES)
 

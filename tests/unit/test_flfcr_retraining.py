@@ -109,7 +109,7 @@ def test_aggregated_features_cost_one_more_model_down_and_the_statistics_up() ->
 
 
 def test_local_features_remain_the_default_and_keep_their_run_ids() -> None:
-    assert FLFCR.hyperparameters["features_from"] == "local"
+    assert FLFCR.defaults["features_from"] == "local"
     spec = {"algorithm": "flfcr", "H": 1.0, "global_counts": 1, "samples_per_class": 200, "retrain_epochs": 1,
             "retrain_lr": 0.0}
     training = {"model": "mlp", "rounds": 1}
@@ -152,6 +152,6 @@ def test_methods_listing_gives_each_flfcr_setting_its_default_and_paper_status(c
 
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
-    for key, default in FLFCR.hyperparameters.items():
-        assert f"  {key}={default}: {FLFCR.paper_status[key]}" in out
+    for key, declared in FLFCR.hyperparameters.items():
+        assert f"  {key}={declared.default}: {declared.status}" in out
     assert "samples_per_class=200: paper silent" in out and "features_from=local: paper:" in out

@@ -60,11 +60,11 @@ def _cos_by_hand(a, b) -> float:
 def test_methods_are_registered_with_paper_defaults() -> None:
     assert set(ALGORITHMS) >= set(METHODS)
     assert ALGORITHMS["fedrs"] is FedRS and ALGORITHMS["fedrs_soft"] is FedRSSoft
-    assert FedRS.hyperparameters == {"alpha": 0.5}
-    assert FedRSSoft.hyperparameters == {"alpha": 0.5}
-    assert FedNTD.hyperparameters == {"tau": 1.0, "beta": 1.0}
-    assert FedDecorr.hyperparameters == {"beta": 0.1}
-    assert MOON.hyperparameters == {"mu": 5.0, "temperature": 0.5, "proj_dim": 256}
+    assert FedRS.defaults == {"alpha": 0.5}
+    assert FedRSSoft.defaults == {"alpha": 0.5}
+    assert FedNTD.defaults == {"tau": 1.0, "beta": 1.0}
+    assert FedDecorr.defaults == {"beta": 0.1}
+    assert MOON.defaults == {"mu": 5.0, "temperature": 0.5, "proj_dim": 256}
     for name in METHODS:
         assert ALGORITHMS[name].__module__.rsplit(".", 1)[-1] == ("fedrs" if name.startswith("fedrs") else name)
         with pytest.raises(ValueError, match="nope"):
@@ -411,7 +411,7 @@ def _config(params: dict, method: str, **hyperparameters):
     """The tiny digits run of FedAvg, switched to `method` (the schema does not list it yet)."""
     cfg = load_params(params).run("tiny", "digits", "dir0.5", "fedavg", 0)
     return dataclasses.replace(cfg, method=method,
-                               method_spec={"algorithm": method, **ALGORITHMS[method].hyperparameters,
+                               method_spec={"algorithm": method, **ALGORITHMS[method].defaults,
                                             **hyperparameters})
 
 

@@ -39,8 +39,8 @@ PLAIN_SGD = TrainingSettings(local_epochs=1, batch_size=32, lr=LR, momentum=0.0,
 
 def test_registered_with_paper_defaults() -> None:
     assert ALGORITHMS["fedsam"] is FedSAM and ALGORITHMS["feddyn"] is FedDyn
-    assert FedSAM.hyperparameters == {"rho": 0.05}
-    assert FedDyn.hyperparameters == {"alpha": 0.01}
+    assert FedSAM.defaults == {"rho": 0.05}
+    assert FedDyn.defaults == {"alpha": 0.01}
     assert FedSAM(PLAIN_SGD, 4, 10, rho=0.1).hp["rho"] == 0.1
     with pytest.raises(ValueError, match="rh0"):
         FedSAM(PLAIN_SGD, 4, 10, rh0=0.1)
@@ -86,7 +86,7 @@ class _SquaredSGD(_SquaredLoss):
 class _SquaredSAMProx(FedSAM, FedProx, _SquaredLoss):
     """FedSAM + FedProx (+ the squared loss): the proximal term must act on the final gradient."""
 
-    hyperparameters = {**FedSAM.hyperparameters, **FedProx.hyperparameters}
+    hyperparameters = {**FedSAM.defaults, **FedProx.defaults}
 
 
 X2 = torch.tensor([[1.0, 0.0], [0.0, 2.0]])

@@ -202,7 +202,7 @@ def test_feded_total_and_ablations_match_hand_sums() -> None:
         loss = algorithm.local_loss(torch.tensor(ED_LOGITS), torch.zeros(3, 3), torch.tensor(ED_Y), client, x=x)
         assert loss.item() == pytest.approx(value, abs=1e-6), name
     # the default weighs L_logit by 0.005 (the documented deviation from Eq. 6's weight 1)
-    assert FedED.hyperparameters == {"missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005,
+    assert FedED.defaults == {"missing_classes": "mask", "lam": 0.1, "logit_weight": 0.005,
                                      "logit_form": "paper"}
     algorithm = FedED(PLAIN_SGD, 1, 4)
     _, client, x = _teacher_setup(algorithm, ED_COUNTS, ED_TEACHER)

@@ -77,11 +77,11 @@ def test_methods_are_registered_with_paper_defaults() -> None:
     assert ALGORITHMS["fedadam"] is FedAdam and ALGORITHMS["fedyogi"] is FedYogi
     assert ALGORITHMS["fedadagrad"] is FedAdagrad and ALGORITHMS["fedexp"] is FedExp
     assert "_serveroptimizer" not in ALGORITHMS and "parameterawarealgorithm" not in ALGORITHMS
-    assert Scaffold.hyperparameters == {} and FedNova.hyperparameters == {}
-    assert FedAdam.hyperparameters == {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
-    assert FedYogi.hyperparameters == {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
-    assert FedAdagrad.hyperparameters == {"server_lr": 0.1, "beta1": 0.9, "tau": 1e-3}
-    assert FedExp.hyperparameters == {"epsilon": 1e-3, "average_last_two": True}
+    assert Scaffold.defaults == {} and FedNova.defaults == {}
+    assert FedAdam.defaults == {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
+    assert FedYogi.defaults == {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
+    assert FedAdagrad.defaults == {"server_lr": 0.1, "beta1": 0.9, "tau": 1e-3}
+    assert FedExp.defaults == {"epsilon": 1e-3, "average_last_two": True}
 
 
 @pytest.mark.parametrize("cls, bad", [(FedAdagrad, "beta2"), (Scaffold, "server_lr"), (FedNova, "momentum"),

@@ -82,7 +82,7 @@ def test_the_option_is_declared_only_by_count_calibrated_methods() -> None:
     having = {name for name, cls in ALGORITHMS.items() if "missing_classes" in cls.hyperparameters}
     assert having == {"fedlc", "fedlc_scaffold", "fedlc_fedprox", "fedlogit", "feded", "feded_dis",
                       "feded_logit", "feded_fedexp", "feded_fedsam", "scala"}
-    assert all(ALGORITHMS[name].hyperparameters["missing_classes"] == "mask" for name in having)
+    assert all(ALGORITHMS[name].defaults["missing_classes"] == "mask" for name in having)
     with pytest.raises(ValueError, match="missing_classes"):
         ALGORITHMS["fedlc"](SGD, 2, 3, missing_classes="zero")
 

@@ -1,8 +1,8 @@
 """Federated algorithms, one file each; `ALGORITHMS` maps the names used in params.yaml.
 
 Every module of this package is imported and every FederatedAlgorithm subclass that
-sets its own `name` is registered, so adding a method is adding a file (plus its
-hyperparameters in workflow/schemas/params.schema.yaml, which a test keeps in sync).
+sets its own `name` is registered, so adding a method is adding a file (and running
+`python -m fedskew catalog --write`, which derives what validation reads from the class).
 The other modules hold no method: the API (`base`), shared maths (`server_math`,
 `losses`), FL-FCR's parts (`flfcr_features`, `flfcr_retraining`) and traffic counting.
 """

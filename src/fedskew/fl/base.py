@@ -40,15 +40,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.families import Family
+from fedskew.declarations import Hyperparameter, Switch, declared_hyperparameters
+from fedskew.families import Family, Panel
 from fedskew.fl.losses import LogitAdjustment
 from fedskew.fl.server_math import RunningAverage, StateDict
 from fedskew.numerics.adam import Adam
 from fedskew.numerics.sgd import SGD, LocalOptimizer
 
-__all__ = ["Algorithm", "ClientContext", "ClientUpdate", "Exchange", "FederatedAlgorithm", "Fold", "RoundResult",
-           "RoundStart", "StateDict", "TrainingSettings", "batched", "frozen_copy", "local_optimizer",
-           "trainable_parameters"]
+__all__ = ["Algorithm", "ClientContext", "ClientUpdate", "Exchange", "FederatedAlgorithm", "Fold", "Hyperparameter",
+           "Panel", "RoundResult", "RoundStart", "StateDict", "Switch", "TrainingSettings", "batched", "frozen_copy",
+           "local_optimizer", "trainable_parameters"]
 
 
 @dataclass
@@ -200,14 +201,27 @@ class Exchange(abc.ABC):
 
 class Algorithm:
     """What every method, federated or split-federated, shares: a name, hyperparameters with
-    paper defaults, state kept across rounds, and how its model is evaluated."""
+    paper defaults, state kept across rounds, and how its model is evaluated.
+
+    The class is the one source of what the method is (fedskew.declarations): validation, the listings, the
+    figures' panels and docs/methods.md's table read these attributes, the built-in methods' through
+    src/fedskew/catalog.json (`python -m fedskew catalog --write`), a plugin's from its class.
+    """
 
     name: ClassVar[str]
     family: ClassVar[Family]  # the engine runs the family's round
-    # Hyperparameters with the paper defaults; params.yaml may override each one.
-    hyperparameters: ClassVar[dict[str, float | bool]] = {}
-    # Where the paper stands on each hyperparameter the paper leaves open (shown by `fedskew methods`).
-    paper_status: ClassVar[dict[str, str]] = {}
+    # Each hyperparameter with its paper default, allowed values and paper status (a bare value is a
+    # Hyperparameter with that default); params.yaml may override each one. A composition has its parents'.
+    hyperparameters: ClassVar[dict[str, Hyperparameter]] = {}
+    # The defaults, by name: what a run fills in for each hyperparameter params.yaml does not set (derived).
+    defaults: ClassVar[dict[str, Any]] = {}
+    # The panel the accuracy-curve figures draw the method in (a composition takes its first parent's).
+    panel: ClassVar[Panel]
+    # Why the method's update holds only for SGD's local steps, in a sentence that follows its name (then
+    # `training.optimizer: adam` is refused for it); empty: any local optimiser.
+    sgd_only: ClassVar[str] = ""
+    # Options that 0 turns off, with the options they leave without effect (validation refuses those set).
+    switches: ClassVar[tuple[Switch, ...]] = ()
     # The numerics version: raised when a change moves the bits this method computes (its fingerprint in
     # tests/fingerprints/ says so), which gives its runs new ids and so retrains them. It is the `version` a class
     # sets in its own body, 1 if it sets none, never its parent's (run ids read it from this file without
@@ -218,10 +232,8 @@ class Algorithm:
         """A composition (class FedLCProx(FedLC, FedProx)) inherits the hyperparameters of all its parents."""
         super().__init_subclass__(**kwargs)
         cls.version = vars(cls).get("version", 1)  # its own, as fedskew.discovery reads it
-        merged: dict[str, float | bool] = {}
-        for klass in reversed(cls.__mro__):
-            merged.update(vars(klass).get("hyperparameters", {}))
-        cls.hyperparameters = merged
+        cls.hyperparameters = declared_hyperparameters(cls)
+        cls.defaults = {key: declared.default for key, declared in cls.hyperparameters.items()}
 
     def __init__(self, settings: TrainingSettings, num_clients: int, num_classes: int,
                  **hyperparameters: float | bool):
@@ -232,7 +244,7 @@ class Algorithm:
         self.settings = settings
         self.num_clients = num_clients
         self.num_classes = num_classes
-        self.hp = {**self.hyperparameters, **hyperparameters}
+        self.hp = {**self.defaults, **hyperparameters}
 
     def set_label_counts(self, label_counts: torch.Tensor) -> None:
         """Every client's label counts [num_clients, C], given once before training.
@@ -268,6 +280,7 @@ class FederatedAlgorithm(Algorithm):
     """FedAvg (McMahan et al., 2017); the base every other federated method refines."""
 
     name: ClassVar[str] = "fedavg"
+    panel: ClassVar[Panel] = Panel.PLAIN
     family: ClassVar[Family] = Family.FEDERATED
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

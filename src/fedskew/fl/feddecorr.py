@@ -20,7 +20,7 @@ with the batch size. A batch of one has no correlation: the penalty is 0 (as in 
 import torch
 import torch.nn.functional as F
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, Panel
 from fedskew.numerics import exact_math
 
 EPS = 1e-8  # inside the square root, as in the official code
@@ -42,7 +42,8 @@ def decorrelation_penalty(features: torch.Tensor) -> torch.Tensor:
 class FedDecorr(FederatedAlgorithm):
     name = "feddecorr"
     # β = 0.1: the official run scripts for CIFAR10 and TinyImageNet (CIFAR100 uses 0.05).
-    hyperparameters = {"beta": 0.1}
+    panel = Panel.DRIFT
+    hyperparameters = {"beta": Hyperparameter(0.1, minimum=0)}
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:

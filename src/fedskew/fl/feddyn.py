@@ -25,14 +25,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.base import (
+    ClientContext,
+    ClientUpdate,
+    FederatedAlgorithm,
+    Fold,
+    Hyperparameter,
+    Panel,
+    RoundStart,
+    StateDict,
+)
 
 
 class FedDyn(FederatedAlgorithm):
     name = "feddyn"
     # The paper searches α ∈ {0.1, 0.01, 0.001}; 0.01 is its usual choice; public code uses 0.01–0.1
     # (docs/methods.md, "FedDyn's alpha").
-    hyperparameters = {"alpha": 0.01}
+    panel = Panel.DRIFT
+    hyperparameters = {"alpha": Hyperparameter(0.01, exclusive_minimum=0)}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

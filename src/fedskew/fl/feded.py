@@ -80,7 +80,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, Panel, StateDict, Switch
 from fedskew.fl.losses import MissingClassTreatment, logit_adjusted_cross_entropy
 
 
@@ -132,6 +132,13 @@ def logit_suppression_as_coded(logits: torch.Tensor, y: torch.Tensor, prior: tor
 LOGIT_FORMS = {"paper": logit_suppression, "authors_code": logit_suppression_as_coded}
 
 
+LAM = Hyperparameter(0.1, minimum=0)
+LOGIT_WEIGHT = Hyperparameter(0.005, minimum=0, status="the paper's Eq. 6 weighs L_logit by 1, which diverges; "
+                                                        "0.005 is the authors' later code's factor (FedVLS)")
+LOGIT_FORM = Hyperparameter("paper", choices=("paper", "authors_code"))
+LOGIT_SUPPRESSION = Switch("logit_weight", "no logit suppression, L_logit", ("logit_form",))
+
+
 class EmptyClassAwareObjective(MissingClassTreatment, FederatedAlgorithm):
     """The shared machinery of FedED and its Table 5 ablations (not a method: it has no `name`).
 
@@ -139,6 +146,7 @@ class EmptyClassAwareObjective(MissingClassTreatment, FederatedAlgorithm):
     declares exactly the hyperparameters its objective uses (the base merges them along the MRO).
     """
 
+    panel = Panel.CALIBRATION
     distill: bool = True    # λ·L_dis in the objective
     suppress: bool = True   # L_logit in the objective
 
@@ -194,14 +202,15 @@ class FedED(EmptyClassAwareObjective):
     # λ = 0.1 (MNIST, CIFAR10); the paper uses 0.5 for CIFAR100 and TinyImageNet (§4.1).
     # logit_weight: the factor of L_logit; 1 in Eq. 6 as printed, 0.005 here (module docstring, point 4).
     # logit_form: "paper" (Eq. 4-5 as printed) or "authors_code" (module docstring, point 7).
-    hyperparameters = {"lam": 0.1, "logit_weight": 0.005, "logit_form": "paper"}
+    hyperparameters = {"lam": LAM, "logit_weight": LOGIT_WEIGHT, "logit_form": LOGIT_FORM}
+    switches = (LOGIT_SUPPRESSION,)
 
 
 class FedEDDistillation(EmptyClassAwareObjective):
     """Table 5 ablation: L_cal + λ·L_dis (empty-class distillation without logit suppression)."""
 
     name = "feded_dis"
-    hyperparameters = {"lam": 0.1}
+    hyperparameters = {"lam": LAM}
     suppress = False
 
 
@@ -209,6 +218,7 @@ class FedEDLogitSuppression(EmptyClassAwareObjective):
     """Table 5 ablation: L_cal + L_logit (logit suppression without distillation; no λ)."""
 
     name = "feded_logit"
-    hyperparameters = {"logit_weight": 0.005, "logit_form": "paper"}  # see FedED
+    hyperparameters = {"logit_weight": LOGIT_WEIGHT, "logit_form": LOGIT_FORM}  # see FedED
+    switches = (LOGIT_SUPPRESSION,)
 
     distill = False

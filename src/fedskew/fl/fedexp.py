@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, Hyperparameter, RoundStart, StateDict
 
 
 class _ExtrapolationFold(Fold):
@@ -88,7 +88,7 @@ class _ExtrapolationFold(Fold):
 class FedExp(FederatedAlgorithm):
     name = "fedexp"
     # ε = 1e-3: the authors' value for CIFAR-10/100 and CINIC-10 (docs/methods.md, "FedEXP's epsilon").
-    hyperparameters = {"epsilon": 1e-3, "average_last_two": True}
+    hyperparameters = {"epsilon": Hyperparameter(1e-3, minimum=0), "average_last_two": Hyperparameter(True)}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -8,7 +8,7 @@ mask, a client holding a single class has a loss of exactly 0 and never learns.
 
 import torch
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, batched
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, Panel, batched
 from fedskew.fl.losses import (
     LogitAdjustment,
     MissingClassTreatment,
@@ -19,8 +19,10 @@ from fedskew.fl.losses import (
 
 class FedLC(MissingClassTreatment, FederatedAlgorithm):
     name = "fedlc"
-    # The paper gives no τ; public implementations use 0.1, 0.5 or 1.0. Recorded with every table.
-    hyperparameters = {"tau": 1.0}
+    panel = Panel.CALIBRATION
+    # Recorded with every table.
+    hyperparameters = {"tau": Hyperparameter(1.0, minimum=0, status="paper silent; public implementations use "
+                                                                     "0.1, 0.5 or 1.0")}
 
     def local_loss(self, logits: torch.Tensor, features: torch.Tensor, y: torch.Tensor,
                    client: ClientContext, x: torch.Tensor | None = None) -> torch.Tensor:

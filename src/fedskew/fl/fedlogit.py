@@ -13,7 +13,7 @@ objective alone "FedLC" (the logit-adjusted form, not FedLC's τ·n^(-1/4) margi
 
 import torch
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, batched
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Panel, batched
 from fedskew.fl.losses import (
     LogitAdjustment,
     MissingClassTreatment,
@@ -24,6 +24,7 @@ from fedskew.fl.losses import (
 
 class FedLogit(MissingClassTreatment, FederatedAlgorithm):
     name = "fedlogit"
+    panel = Panel.CALIBRATION
     # Eq. 15 has no hyperparameter of its own (Menon et al.'s τ is fixed to 1 in SCALA);
     # `missing_classes` (from the mixin) says how p_k(c) = 0 is treated, mask by default.
 

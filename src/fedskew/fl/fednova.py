@@ -31,7 +31,7 @@ from fedskew.fl.server_math import normalizing_factor
 
 class FedNova(FederatedAlgorithm):
     name = "fednova"
-    hyperparameters: dict[str, float] = {}
+    sgd_only = "normalises each update by the number of SGD steps (and their momentum)"
 
     def begin_aggregate(self, start: RoundStart) -> Fold:
         return _NormalizedFold(start, self.settings.momentum)

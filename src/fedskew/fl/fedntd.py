@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, Panel, StateDict, Switch
 
 
 def drop_true_class(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -46,7 +46,9 @@ def not_true_distillation(logits: torch.Tensor, teacher_logits: torch.Tensor, y:
 class FedNTD(FederatedAlgorithm):
     name = "fedntd"
     # The official config (Lee et al.'s repository): τ = 1, β = 1.
-    hyperparameters = {"tau": 1.0, "beta": 1.0}
+    panel = Panel.DRIFT
+    hyperparameters = {"tau": Hyperparameter(1.0, exclusive_minimum=0), "beta": Hyperparameter(1.0, minimum=0)}
+    switches = (Switch("beta", "no distillation", ("tau",)),)
 
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)

@@ -31,13 +31,24 @@ from typing import Any
 
 import torch
 
-from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, Hyperparameter, RoundStart, StateDict
 from fedskew.fl.server_math import (
     adagrad_second_moment,
     adam_second_moment,
     adaptive_server_step,
     yogi_second_moment,
 )
+
+
+def SERVER_LR(default: float) -> Hyperparameter:
+    return Hyperparameter(default, exclusive_minimum=0)
+
+
+def BETA(default: float) -> Hyperparameter:
+    return Hyperparameter(default, minimum=0, exclusive_maximum=1)
+
+
+TAU = Hyperparameter(1e-3, exclusive_minimum=0)  # the adaptivity: v starts at τ²
 
 
 class _ServerOptimizer(FederatedAlgorithm):
@@ -112,7 +123,7 @@ class FedAdam(_ServerOptimizer):
     """Server Adam without bias correction: v ← β2·v + (1 − β2)·Δ²."""
 
     name = "fedadam"
-    hyperparameters = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
+    hyperparameters = {"server_lr": SERVER_LR(0.01), "beta1": BETA(0.9), "beta2": BETA(0.99), "tau": TAU}
 
     def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
         return adam_second_moment(v, delta_sq, self.hp["beta2"])
@@ -122,7 +133,7 @@ class FedYogi(_ServerOptimizer):
     """Server Yogi: v ← v − (1 − β2)·Δ²·sign(v − Δ²) (additive, so v cannot blow up like Adam's)."""
 
     name = "fedyogi"
-    hyperparameters = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
+    hyperparameters = {"server_lr": SERVER_LR(0.01), "beta1": BETA(0.9), "beta2": BETA(0.99), "tau": TAU}
 
     def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
         return yogi_second_moment(v, delta_sq, self.hp["beta2"])
@@ -136,7 +147,7 @@ class FedAdagrad(_ServerOptimizer):
     """
 
     name = "fedadagrad"
-    hyperparameters = {"server_lr": 0.1, "beta1": 0.9, "tau": 1e-3}
+    hyperparameters = {"server_lr": SERVER_LR(0.1), "beta1": BETA(0.9), "tau": TAU}
 
     def second_moment(self, v: torch.Tensor, delta_sq: torch.Tensor) -> torch.Tensor:
         return adagrad_second_moment(v, delta_sq)

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict, batched
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, StateDict, batched
 
 
 def add_proximal_gradient(params: list[torch.Tensor], grads: list[torch.Tensor | None], anchors: list[torch.Tensor],
@@ -17,8 +17,8 @@ def add_proximal_gradient(params: list[torch.Tensor], grads: list[torch.Tensor |
 
 class FedProx(FederatedAlgorithm):
     name = "fedprox"
-    # μ from the FedProx grid {0.001, 0.01, 0.1, 1}; FedLC does not state its choice.
-    hyperparameters = {"mu": 0.01}
+    hyperparameters = {"mu": Hyperparameter(0.01, minimum=0, status="FedLC does not state its choice; 0.01 is "
+                                                                    "from FedProx's grid {0.001, 0.01, 0.1, 1}")}
 
     def begin_local(self, model: nn.Module, global_state: StateDict, client: ClientContext) -> None:
         super().begin_local(model, global_state, client)

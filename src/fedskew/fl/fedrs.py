@@ -24,7 +24,7 @@ and the FedDecorr authors' FedRS port also scales the full output of a biased he
 import torch
 import torch.nn.functional as F
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, batched
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, Panel, batched
 from fedskew.fl.losses import LogitAdjustment
 
 
@@ -32,8 +32,9 @@ class FedRS(FederatedAlgorithm):
     """Hard restricted softmax: classes absent from the client get scale α, present ones 1."""
 
     name = "fedrs"
+    panel = Panel.CALIBRATION
     # α ∈ {0.9, 0.5} in the paper; 0.5 is the official code's and FedDecorr's port default.
-    hyperparameters = {"alpha": 0.5}
+    hyperparameters = {"alpha": Hyperparameter(0.5, minimum=0, maximum=1)}
 
     def class_scales(self, label_counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """s_c per class: [K] for one client's counts [K], [C, K] for a stack of clients' [C, K]."""
@@ -55,7 +56,7 @@ class FedRSSoft(FedRS):
     """Soft restricted softmax of the official code: s_c = α + (1 − α)·n_c / max_j n_j."""
 
     name = "fedrs_soft"
-    hyperparameters = {"alpha": 0.5}
+    hyperparameters = {"alpha": Hyperparameter(0.5, minimum=0, maximum=1)}
 
     def class_scales(self, label_counts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         counts = label_counts.to(dtype)

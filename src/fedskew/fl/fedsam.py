@@ -18,14 +18,14 @@ w + e is a probe and must not count twice. The server side is FedAvg's.
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter
 from fedskew.numerics.sgd import LocalOptimizer
 
 
 class FedSAM(FederatedAlgorithm):
     name = "fedsam"
     # ρ = 0.05, the perturbation radius of the FedSAM paper (and of SAM's CIFAR setting).
-    hyperparameters = {"rho": 0.05}
+    hyperparameters = {"rho": Hyperparameter(0.05, minimum=0)}
 
     def _minibatch_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                         client: ClientContext) -> torch.Tensor:

@@ -76,7 +76,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, Exchange, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.base import (
+    ClientContext,
+    ClientUpdate,
+    Exchange,
+    FederatedAlgorithm,
+    Fold,
+    Hyperparameter,
+    Panel,
+    RoundStart,
+    StateDict,
+    Switch,
+)
 from fedskew.fl.flfcr_features import ClassStatisticsPool, body_features, feature_statistics_message
 from fedskew.fl.flfcr_retraining import retrain_head, virtual_features
 from fedskew.fl.losses import true_class_margin_cross_entropy
@@ -88,23 +99,32 @@ CLASS_SIZED = "class_sized"  # samples_per_class: N_c per class, the size of the
 
 class FLFCR(FederatedAlgorithm):
     name = "flfcr"
+    panel = Panel.CALIBRATION
     hyperparameters = {
-        "H": 1.0,                   # Δ_c = H / N_c^(1/4); "to be tuned", no value in the paper
-        "global_counts": 1,         # 1: N_c summed over clients (§IV-B); 0: the client's own counts
-        "samples_per_class": 200,   # per class: a number (FL-bench's CCVR: 200), "balanced" or "class_sized"
-        "retrain_epochs": 1,        # passes over them (FL-bench's CCVR: one)
-        "retrain_lr": 0.0,          # 0: training.lr (FL-bench's CCVR)
-        "features_from": "local",   # "local": each client's trained model (Algorithm 1); "aggregated": CCVR's
+        # Δ_c = H / N_c^(1/4) lowers the true logit; the paper suites' largest H is 16, and margins of a thousand
+        # logits leave cross entropy saturated: nothing a run could mean.
+        "H": Hyperparameter(1.0, minimum=0, maximum=1000,
+                            status="paper silent ('a hyper-parameter to be tuned'); 1.0 is fedskew's FedLC τ"),
+        # 1: N_c summed over clients (§IV-B); 0: the client's own counts
+        "global_counts": Hyperparameter(1, minimum=0, maximum=1, status=(
+            "paper ambiguous: §IV-B sums N_c over clients, §IV-C applies the loss on each client")),
+        # The features it resamples (per class × classes × feature width) are bounded in fedskew.config_checks,
+        # and so is 0, which draws nothing: retrain_epochs 0 is how retraining is turned off.
+        "samples_per_class": Hyperparameter(200, minimum=0, maximum=131072, choices=(BALANCED, CLASS_SIZED), status=(
+            "paper silent ('resample D_c'); FL-bench's CCVR default 200, 'balanced': N // C per class, "
+            "'class_sized': N_c, the size of D_c")),
+        "retrain_epochs": Hyperparameter(1, minimum=0, maximum=1000,  # the range of epoch_count, with 0: none
+                                         status="paper silent; FL-bench's CCVR default, one pass"),
+        "retrain_lr": Hyperparameter(0.0, minimum=0, status=(
+            "paper silent; 0 means the training learning rate (FL-bench's CCVR)")),
+        "features_from": Hyperparameter("local", choices=("local", "aggregated"), status=(
+            "paper: each client's trained local model (Algorithm 1); 'aggregated' is CCVR's reading")),
     }
-    paper_status = {
-        "H": "paper silent ('a hyper-parameter to be tuned'); 1.0 is fedskew's FedLC τ",
-        "global_counts": "paper ambiguous: §IV-B sums N_c over clients, §IV-C applies the loss on each client",
-        "samples_per_class": ("paper silent ('resample D_c'); FL-bench's CCVR default 200, 'balanced': N // C "
-                              "per class, 'class_sized': N_c, the size of D_c"),
-        "retrain_epochs": "paper silent; FL-bench's CCVR default, one pass",
-        "retrain_lr": "paper silent; 0 means the training learning rate (FL-bench's CCVR)",
-        "features_from": "paper: each client's trained local model (Algorithm 1); 'aggregated' is CCVR's reading",
-    }
+    switches = (
+        # features_from: aggregated would still make the second exchange, whose statistics nothing would use
+        Switch("retrain_epochs", "no head retraining", ("samples_per_class", "retrain_lr", "features_from")),
+        Switch("H", "no margins, the only use of N_c", ("global_counts",)),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

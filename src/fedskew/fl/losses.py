@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 
+from fedskew.declarations import Hyperparameter
+
 # How a method that calibrates logits by a client's label counts treats a class the client
 # does not hold (n_c = 0). The options are those public implementations use:
 #   mask   — the exact n → 0 limit: FedLC's margin n^(-1/4) and the prior's log p are
@@ -42,7 +44,8 @@ class MissingClassTreatment:
     SCALA's P_k (Eq. 15 for G_k). `counts_for(local_counts)` gives the counts the loss uses.
     """
 
-    hyperparameters: ClassVar[dict[str, Any]] = {"missing_classes": "mask"}
+    hyperparameters: ClassVar[dict[str, Hyperparameter]] = {
+        "missing_classes": Hyperparameter("mask", ref="missing_classes")}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

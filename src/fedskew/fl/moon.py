@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedskew.fl.base import ClientContext, FederatedAlgorithm, StateDict
+from fedskew.fl.base import ClientContext, FederatedAlgorithm, Hyperparameter, Panel, StateDict, Switch
 
 
 def model_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_previous: torch.Tensor,
@@ -66,7 +66,11 @@ def _cpu_copy(state: StateDict) -> StateDict:
 class MOON(FederatedAlgorithm):
     name = "moon"
     # Paper: T = 0.5; μ = 5 for CIFAR-10 (1 for CIFAR-100/Tiny-ImageNet); projection output 256.
-    hyperparameters = {"mu": 5.0, "temperature": 0.5, "proj_dim": 256}
+    panel = Panel.DRIFT
+    hyperparameters = {"mu": Hyperparameter(5.0, minimum=0), "temperature": Hyperparameter(0.5, exclusive_minimum=0),
+                       # a features × proj_dim projection
+                       "proj_dim": Hyperparameter(256, minimum=1, maximum=65536)}
+    switches = (Switch("mu", "no contrastive term", ("temperature",)),)  # proj_dim still shapes the model
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -54,13 +54,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Fold, RoundStart, StateDict
+from fedskew.fl.base import ClientContext, ClientUpdate, FederatedAlgorithm, Fold, Panel, RoundStart, StateDict
 from fedskew.fl.server_math import normalizing_factor
 
 
 class Scaffold(FederatedAlgorithm):
     name = "scaffold"
-    hyperparameters: dict[str, float] = {}
+    panel = Panel.DRIFT
+    sgd_only = "corrects each step by control variates scaled by SGD's step count and learning rate"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

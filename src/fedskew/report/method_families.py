@@ -1,11 +1,9 @@
 """Method families: how the accuracy-curve figures group a suite with many methods into panels (`panels`).
 
-A method's family is its algorithm's (``params.method_spec(method)["algorithm"]``), so the
-variants of one algorithm (``fedlc_floor``, ``feded_lam0.5``, …) sit with it. Split-federated
-algorithms are recognised by their family (``fedskew.catalog.FAMILIES[name] is Family.SPLIT``);
-the federated ones by the mapping below, the one place to edit when a method is added. An
-algorithm not listed falls into ``other`` (its own panel), so a new method is still drawn,
-and a test fails until it is filed here.
+A method's family is its algorithm's panel (``params.method_spec(method)["algorithm"]``), so the
+variants of one algorithm (``fedlc_floor``, ``feded_lam0.5``, …) sit with it. Each method class names
+its panel (``Algorithm.panel``, fedskew.families.Panel; a split method's is ``split learning``), which
+fedskew.catalog serves; a name that is no method falls into ``other`` (its own panel), so it is still drawn.
 """
 
 from __future__ import annotations
@@ -13,15 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fedskew import catalog
-from fedskew.families import Family
+from fedskew.families import Panel
 
 if TYPE_CHECKING:
     from fedskew.config import Params
 
-PLAIN = "plain FL"
-DRIFT = "drift correction"
-CALIBRATION = "logit calibration (label skew)"
-SPLIT = "split learning"
+PLAIN = Panel.PLAIN.value
+DRIFT = Panel.DRIFT.value
+CALIBRATION = Panel.CALIBRATION.value
+SPLIT = Panel.SPLIT.value
 OTHER = "other"
 
 # Panel order, top-left to bottom-right.
@@ -35,45 +33,14 @@ DESCRIPTIONS = {
     CALIBRATION: "methods aimed at label skew that adjust, restrict or calibrate the logits or the classifier "
                  "(and their compositions with other methods)",
     SPLIT: "split-federated methods (the model is cut between client and server)",
-    OTHER: "an algorithm not filed in fedskew.report.method_families yet",
-}
-
-# Federated algorithms by family. A composition goes with its label-skew parent: what it adds
-# to the baseline it is composed with is the calibration.
-FEDERATED_FAMILIES: dict[str, str] = {
-    "fedavg": PLAIN,
-    "fedprox": PLAIN,
-    "fednova": PLAIN,
-    "fedadam": PLAIN,
-    "fedyogi": PLAIN,
-    "fedadagrad": PLAIN,
-    "fedexp": PLAIN,
-    "fedsam": PLAIN,
-    "scaffold": DRIFT,
-    "feddyn": DRIFT,
-    "moon": DRIFT,
-    "feddecorr": DRIFT,
-    "fedntd": DRIFT,
-    "fedlc": CALIBRATION,
-    "fedrs": CALIBRATION,
-    "fedrs_soft": CALIBRATION,
-    "fedlogit": CALIBRATION,
-    "feded": CALIBRATION,
-    "feded_dis": CALIBRATION,
-    "feded_logit": CALIBRATION,
-    "flfcr": CALIBRATION,
-    "fedlc_scaffold": CALIBRATION,
-    "fedlc_fedprox": CALIBRATION,
-    "feded_fedexp": CALIBRATION,
-    "feded_fedsam": CALIBRATION,
+    OTHER: "a name that is no method fedskew knows",
 }
 
 
 def algorithm_family(algorithm: str) -> str:
-    """The family of a registered algorithm name; `other` for one not filed here."""
-    if catalog.FAMILIES.get(algorithm) == Family.SPLIT:
-        return SPLIT
-    return FEDERATED_FAMILIES.get(algorithm, OTHER)
+    """The panel of a method by its algorithm's name (its class's `panel`); `other` for a name that is no method."""
+    record = catalog.methods().get(algorithm)
+    return record["panel"] if record else OTHER
 
 
 def method_family(params, method: str) -> str:

@@ -30,7 +30,8 @@ from typing import ClassVar, TypeVar
 
 import torch
 
-from fedskew.families import Family
+from fedskew.declarations import Hyperparameter
+from fedskew.families import Family, Panel
 from fedskew.fl.base import Algorithm, ClientContext, RoundResult, StateDict
 from fedskew.fl.server_math import weighted_average
 from fedskew.fl.traffic import Traffic
@@ -136,13 +137,15 @@ class SplitAlgorithm(Algorithm):
     """The base of split-federated methods: the engine calls `run_round` once per round."""
 
     family: ClassVar[Family] = Family.SPLIT
+    panel: ClassVar[Panel] = Panel.SPLIT
     # Whether the round trains its client parts through `client_parts`, and so can stack them.
     vectorised_clients: ClassVar[bool] = False
     # SCALA §5.1: T = 5 local iterations per round, B = 320 samples per iteration at the server,
     # split over the participants by Eq. 3. They are method settings, not training.batch_size
     # (which stays the per-client batch of federated methods), so that FL and SFL methods can
     # share one training section and each keep its paper's protocol.
-    hyperparameters = {"local_iterations": 5, "server_batch": 320}
+    hyperparameters = {"local_iterations": Hyperparameter(5, ref="epoch_count"),
+                       "server_batch": Hyperparameter(320, ref="sample_count")}
 
     def run_round(self, rnd: SplitRound) -> RoundResult:
         """The method: one round from `rnd.global_state` to the round's result (`result`)."""

@@ -1,0 +1,169 @@
+"""A researcher's own experiments: files under experiments/, merged over params.yaml.
+
+Each `experiments/<name>.yaml` may define `datasets`, `partitions`, `methods`, `suites` and `training`, in the
+shapes params.yaml gives them. Every entry point reads them the same way (fedskew.config.load_params: the CLI,
+the Snakefile, dvc.yaml's stages), so the shipped params.yaml and its tests stay untouched. The rules:
+
+- An experiment adds names; it never replaces one. A name that params.yaml or another experiment already
+  defines is an error naming both files, so a shipped suite cannot change under its table.
+- `run` and `reproduce` stay params.yaml's: each suite an experiment defines is built by `snakemake --cores all`,
+  `dvc repro` and `fedskew run` besides run.suites (`Params.default_suites`).
+- A training block may write `inherit: <block>`: the settings of that block (of params.yaml or of any
+  experiment), with its own written over them, and `overrides` merged per dataset (the inherited ones of the
+  datasets its suite trains on). A run records the resolved
+  settings, so how a block is written never changes a run id. Every suite needs a training block
+  (fedskew.config_checks): there are no silent defaults.
+- A problem in a name an experiment defines is reported with the experiment's file (`origin_of`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedskew.config_errors import ConfigError, suggestion
+from fedskew.config_schema import read_params_file
+
+SECTIONS = ("datasets", "partitions", "methods", "suites", "training")
+INHERIT = "inherit"
+
+
+@dataclass(frozen=True)
+class Merged:
+    """params.yaml with the experiments merged in, and which file defines each name an experiment adds."""
+
+    raw: dict
+    origins: dict[tuple[str, str], str] = field(default_factory=dict)  # (section, name) -> experiment file
+    inherits: dict[str, str] = field(default_factory=dict)             # training block -> the block it inherits
+
+    def origin_of(self, where: str) -> str | None:
+        """The experiment file that defines the name a problem's key path (`suites.focal.methods[1]`) is in."""
+        for (section, name), origin in self.origins.items():
+            prefix = f"{section}.{name}"
+            if where == prefix or where.startswith((prefix + ".", prefix + "[")):
+                return origin
+        return None
+
+
+def experiment_files(folder: Path) -> list[Path]:
+    """The experiment files of a folder, by name (none if it does not exist)."""
+    return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
+
+
+def merge(raw: dict, label: str, folder: Path | None) -> Merged:
+    """`raw` (read from `label`) with every experiment file of `folder` added, training inheritance resolved;
+    a ConfigError listing every problem of the files' shapes and names."""
+    merged = copy.deepcopy(raw) if isinstance(raw, dict) else raw
+    origins: dict[tuple[str, str], str] = {}
+    problems: list[str] = []
+    if not isinstance(merged, dict):
+        return Merged(merged)
+    for path in experiment_files(folder) if folder is not None else []:
+        problems += _add(merged, origins, label, path)
+    if problems:
+        raise ConfigError(f"the experiments are invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
+    result = Merged(merged, origins)
+    inheritance = _resolve_inheritance(result)
+    if inheritance:
+        raise ConfigError(f"{label} is invalid ({len(inheritance)} problem(s)):\n  - " + "\n  - ".join(inheritance))
+    return result
+
+
+def _add(merged: dict, origins: dict[tuple[str, str], str], label: str, path: Path) -> list[str]:
+    """Add one experiment file's names to `merged`; the problems found (nothing of a file with problems is added)."""
+    document = read_params_file(path)  # its errors name the file
+    if document is None:
+        return []
+    if not isinstance(document, dict):
+        return [f"{_shown(path)}: an experiment is a mapping of sections ({', '.join(SECTIONS)}), not a "
+                f"{type(document).__name__}"]
+    problems = [f"{_shown(path)}: `{key}` cannot be set by an experiment{suggestion(key, SECTIONS)}; its sections are "
+                f"{', '.join(SECTIONS)} (each suite of an experiment is built besides run.suites)"
+                for key in document if key not in SECTIONS]
+    for section, body in document.items():
+        if section not in SECTIONS:
+            continue
+        if not isinstance(body, dict):
+            problems.append(f"{_shown(path)}: {section} must be a mapping of names, not a {type(body).__name__}")
+            continue
+        for name in body:
+            if name in merged.get(section, {}):
+                other = origins.get((section, name), label)
+                problems.append(f"{_shown(path)}: {section}.{name} is already defined in {other}; an experiment adds names "
+                                f"and replaces none: give yours another name")
+    if problems:
+        return problems
+    for section, body in document.items():
+        merged.setdefault(section, {}).update(copy.deepcopy(body))
+        # named from the project root (the params file's folder), as dvc.yaml's params name files
+        origins.update({(section, name): path.relative_to(path.parents[1]).as_posix() for name in body})
+    return []
+
+
+def _shown(path: Path) -> str:
+    """An experiment file as messages name it: from the project root (experiments/<name>.yaml)."""
+    return path.relative_to(path.parents[1]).as_posix()
+
+
+def _resolve_inheritance(merged: Merged) -> list[str]:
+    """Replace every training block's `inherit: <block>` by that block's settings under its own; the problems."""
+    blocks = merged.raw.get("training")
+    if not isinstance(blocks, dict):
+        return []
+    problems: list[str] = []
+    resolved: dict[str, dict] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict | None:
+        if name in resolved:
+            return resolved[name]
+        block = blocks[name]
+        if not isinstance(block, dict) or INHERIT not in block:
+            return block if isinstance(block, dict) else None
+        parent = block[INHERIT]
+        where = f"training.{name}.{INHERIT}"
+        if not isinstance(parent, str) or parent not in blocks:
+            problems.append(_located(merged, where, f"{parent!r} is not a training block{suggestion(parent, blocks)}; "
+                                                    f"blocks: {', '.join(blocks)}"))
+            return None
+        if parent in chain:
+            problems.append(_located(merged, where, f"{parent!r} inherits, through {' → '.join(chain)}, from "
+                                                    f"{name!r}: a block cannot inherit from itself; break the chain"))
+            return None
+        merged.inherits[name] = parent
+        base = resolve(parent, (*chain, parent))
+        if base is None:
+            return None
+        own = {k: v for k, v in block.items() if k != INHERIT}
+        overrides = {**_used(merged.raw, name, base.get("overrides", {})), **own.get("overrides", {})}
+        settings = {k: v for k, v in {**base, **own}.items() if k != "overrides"}
+        resolved[name] = {**settings, **({"overrides": overrides} if overrides else {})}
+        return resolved[name]
+
+    for name in list(blocks):
+        resolve(name, (name,))
+    blocks.update(resolved)
+    return problems
+
+
+def _used(raw: dict, suite: str, overrides: dict) -> dict:
+    """The inherited per-dataset overrides of the datasets suite `suite` trains on (the others do not apply)."""
+    body = raw.get("suites", {}).get(suite)
+    if not isinstance(body, dict) or not isinstance(body.get("settings"), list):
+        return overrides
+    datasets = {setting.get("dataset") for setting in body["settings"] if isinstance(setting, dict)}
+    return {dataset: settings for dataset, settings in overrides.items() if dataset in datasets}
+
+
+def _located(merged: Merged, where: str, message: str) -> str:
+    origin = merged.origin_of(where)
+    return f"{origin}: {where}: {message}" if origin else f"{where}: {message}"
+
+
+def locate(merged: Merged, problems: list[str]) -> list[str]:
+    """Each problem of a name an experiment defines, prefixed with the experiment's file."""
+    out = []
+    for line in problems:
+        origin = merged.origin_of(line.split(": ", 1)[0])
+        out.append(f"{origin}: {line}" if origin else line)
+    return out

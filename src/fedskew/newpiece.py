@@ -1,0 +1,150 @@
+"""`python -m fedskew new method NAME`: a new method as a package of its own, ready to install.
+
+It writes a working plugin (fedskew.plugins) into a new folder: the method (FedAvg until the researcher
+changes it), its pyproject.toml with the entry point fedskew finds it by, a test, an experiment comparing it
+with FedAvg, and a README. The files come from the templates in src/fedskew/templates/<kind>/, plain text in
+which `{name}`, `{Class}` and `{distribution}` are replaced. Only methods can be plugins so far, so `method`
+is the only kind.
+
+Either every file is written or none: they are written into a temporary folder beside the target, which is
+then renamed to it, and a problem found beforehand (a bad name, a folder in the way) writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import keyword
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from fedskew.config_errors import ConfigError
+
+KINDS = ("method",)
+
+# The files of a new method, relative to its folder -> the template each is made from.
+METHOD_FILES = {
+    "pyproject.toml": "pyproject.toml.tmpl",
+    "{name}/__init__.py": "__init__.py.tmpl",
+    "{name}/method.py": "method.py.tmpl",
+    "tests/test_{name}.py": "test.py.tmpl",
+    "experiments/{name}.yaml": "experiment.yaml.tmpl",
+    "README.md": "README.md.tmpl",
+}
+
+# A Python package name that params.yaml can also use as an id (which must start with a letter or digit).
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def class_name(name: str) -> str:
+    """The class of method `name`: my_method -> MyMethod."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def placeholders(name: str) -> dict[str, str]:
+    """What each placeholder of the templates becomes for method `name`."""
+    return {"{name}": name, "{Class}": class_name(name), "{distribution}": f"fedskew-{name.replace('_', '-')}"}
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that cannot be both the method's id and its package's name, or that is taken."""
+    from fedskew.catalog import methods
+
+    if not NAME.fullmatch(name) or keyword.iskeyword(name):
+        raise ConfigError(f"{name!r} cannot name a method package: use lower-case letters, digits and _, starting "
+                          "with a letter, and no Python keyword (e.g. fedfocal)")
+    known = methods()
+    if name in known:
+        origin = f"a plugin of {known[name]['plugin']}" if "plugin" in known[name] else "a built-in method"
+        raise ConfigError(f"{name!r} is already {origin} (python -m fedskew methods lists them); choose another name")
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.origin not in (None, "namespace"):  # a folder without __init__.py shadows nothing
+        raise ConfigError(f"{name!r} is already an importable module ({spec.origin}), which the new package would "
+                          "clash with; choose another name")
+
+
+def check_target(directory: Path) -> None:
+    """Refuse a target that holds anything: the new files must not mix with (or replace) others."""
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"{directory} exists and is not a folder; give --dir a new or empty folder")
+    if directory.is_dir() and any(directory.iterdir()):
+        raise ConfigError(f"{directory} exists and is not empty; give --dir a new or empty folder")
+    if directory.is_dir() and directory.samefile(Path.cwd()):  # the rename would replace the folder the shell is in
+        raise ConfigError(f"{directory} is the current folder; give --dir a new folder inside it, e.g. ./<name>")
+
+
+def rendered(kind: str, name: str) -> dict[str, str]:
+    """The new piece's files, relative path -> text, from the templates of `kind`."""
+    templates = Path(__file__).parent / "templates" / kind
+    values = placeholders(name)
+    files = {}
+    for target, template in METHOD_FILES.items():
+        text = (templates / template).read_text(encoding="utf-8")
+        for placeholder, value in values.items():
+            text = text.replace(placeholder, value)
+        files[target.replace("{name}", name)] = text
+    return files
+
+
+def create(kind: str, name: str, directory: Path) -> list[str]:
+    """Write the new piece `name` of `kind` into `directory` (new, or empty); the paths written, relative to it."""
+    if kind not in KINDS:
+        raise ConfigError(f"fedskew new {kind}: only a {' or '.join(KINDS)} can be a plugin so far; plugins for "
+                          "datasets, partitions and models are not supported yet")
+    check_name(name)
+    directory = Path(os.path.abspath(directory))  # "." and "pkg/" name their folder, and have a parent
+    check_target(directory)
+    files = rendered(kind, name)
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        # Beside the target, so that the rename stays on one file system and is atomic.
+        scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    except OSError as error:
+        raise ConfigError(f"cannot write beside {directory}: {error.strerror}; give --dir a folder you can "
+                          "write in") from error
+    try:
+        for relative, text in files.items():
+            path = scratch / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        scratch.chmod(0o777 & ~_umask())  # from mkdtemp's 0700 to what mkdir would give
+        scratch.rename(directory)  # replaces an empty folder; refused if something appeared in it meanwhile
+    except BaseException as error:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(error, OSError):
+            raise ConfigError(f"cannot write {directory}: {error.strerror}; nothing was written, run it again "
+                              "with --dir a new folder") from error
+        raise
+    return list(files)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then set back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `new` command and its arguments, on the CLI's subcommands."""
+    p = sub.add_parser("new", help="write a new method as a plugin package, ready to pip install: the method (FedAvg "
+                                   "until changed), its entry point, a test, an experiment and a README")
+    p.add_argument("kind", choices=KINDS, help="what to write (only methods can be plugins so far)")
+    p.add_argument("name", help="the method's name, also its package's: lower case, e.g. fedfocal")
+    p.add_argument("--dir", type=Path, help="the folder to write, new or empty (default: ./NAME)")
+
+
+def cmd_new(params: object, args: argparse.Namespace) -> None:
+    """`python -m fedskew new method NAME`: write the package, then say what it holds and what comes next
+    (no params.yaml is read: `params` is None)."""
+    directory = args.dir if args.dir is not None else Path(args.name)
+    written = create(args.kind, args.name, directory)
+    print(f"wrote {directory}/: {', '.join(written)}")
+    experiment = directory / "experiments" / f"{args.name}.yaml"
+    print("next, from your project's root:")
+    for command in (f"pip install -e {directory}", f"mkdir -p experiments && cp {experiment} experiments/",
+                    "python -m fedskew validate", f"snakemake --cores all results/tables/{args.name}.md"):
+        print(f"  {command}")

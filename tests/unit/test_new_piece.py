@@ -1,0 +1,166 @@
+"""`python -m fedskew new method NAME` (fedskew.newpiece): the package it writes is a working plugin, and what it
+refuses (a bad name, a folder in the way, a failure midway) leaves nothing written."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+import tomllib
+
+import pytest
+import yaml
+
+from fedskew import newpiece, plugins
+from fedskew.cli import main
+from fedskew.config_errors import ConfigError
+from tests.helpers import REPO
+
+NAME = "fedmine_unit"  # no module of that name exists, so importing it finds the generated one
+FILES = ["pyproject.toml", f"{NAME}/__init__.py", f"{NAME}/method.py", f"tests/test_{NAME}.py",
+         f"experiments/{NAME}.yaml", "README.md"]
+
+
+def _load(path: pathlib.Path, module: str):
+    """The module at `path`, imported by file path (not installed, not on sys.path) as `module`."""
+    spec = importlib.util.spec_from_file_location(module, path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[module] = loaded  # where fedskew looks a class's module up (its docstring, the summary)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+@pytest.fixture
+def generated(tmp_path):
+    """A new method package written into tmp_path/pkg; its modules leave sys.modules with the test."""
+    target = tmp_path / "pkg"
+    written = newpiece.create("method", NAME, target)
+    yield target, written
+    for module in [m for m in sys.modules if NAME in m]:
+        del sys.modules[module]
+
+
+def test_writes_every_file_and_nothing_else(generated) -> None:
+    target, written = generated
+    assert written == FILES
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == sorted(FILES)
+    for path in target.rglob("*"):  # every placeholder filled
+        assert not path.is_file() or "{name}" not in path.read_text() and "{Class}" not in path.read_text()
+
+
+def test_the_method_imports_from_its_file_as_a_fedavg_named_as_its_entry_point(generated) -> None:
+    from fedskew.declarations import describe_method
+    from fedskew.fl.fedavg import FedAvg
+
+    target, _ = generated
+    source = (target / NAME / "method.py").read_text()
+    compile(source, "method.py", "exec")
+    cls = _load(target / NAME / "method.py", f"{NAME}_by_path").FedmineUnit
+    assert issubclass(cls, FedAvg) and cls.name == NAME and cls.defaults == {}
+
+    pyproject = tomllib.loads((target / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == "fedskew-fedmine-unit"
+    assert pyproject["project"]["entry-points"]["fedskew.methods"] == {NAME: f"{NAME}.method:FedmineUnit"}
+    assert pyproject["tool"]["setuptools"]["packages"] == [NAME]
+    # what fedskew checks of an installed plugin's method, and the record its listing prints
+    entry = plugins.Plugin("method", NAME, f"{NAME}.method:FedmineUnit", "fedskew-fedmine-unit", cls)
+    assert plugins.method_problem(entry) is None
+    assert describe_method(cls)["summary"].startswith("FedmineUnit: say here what the method changes")
+
+
+def test_its_own_test_passes_one_round_as_fedavg(generated, monkeypatch) -> None:
+    target, _ = generated
+    monkeypatch.syspath_prepend(str(target))  # as its pyproject's pytest pythonpath does
+    test = _load(target / "tests" / f"test_{NAME}.py", f"test_{NAME}")
+    test.test_is_named_as_its_entry_point()
+    test.test_trains_one_round_as_fedavg_while_unchanged()
+
+
+def test_the_experiment_compares_it_with_fedavg_on_what_params_yaml_defines(generated) -> None:
+    target, _ = generated
+    experiment = yaml.safe_load((target / "experiments" / f"{NAME}.yaml").read_text())
+    suite = experiment["suites"][NAME]
+    assert suite["methods"] == ["fedavg", NAME]
+    training = experiment["training"][NAME]
+    assert training["inherit"] == "default" and training["checkpoint_every"] <= training["rounds"] <= 5
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for setting in suite["settings"]:
+        assert setting["dataset"] in params["datasets"]
+        assert set(setting["partitions"]) <= set(params["partitions"])
+
+
+def test_the_command_needs_no_params_yaml_and_says_what_comes_next(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # no params.yaml here
+    assert main(["new", "method", NAME]) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.relative_to(tmp_path / NAME).as_posix() for p in (tmp_path / NAME).rglob("*")
+                  if p.is_file()) == sorted(FILES)
+    assert f"wrote {NAME}/" in out and f"pip install -e {NAME}" in out
+    assert f"cp {NAME}/experiments/{NAME}.yaml experiments/" in out and "python -m fedskew validate" in out
+
+
+@pytest.mark.parametrize("name, says", [
+    ("FedMine", "lower-case letters"), ("1fed", "starting with a letter"), ("fed-mine", "lower-case letters"),
+    ("_fed", "starting with a letter"), ("class", "no Python keyword"), ("", "lower-case letters"),
+    ("fedprox", "already a built-in method"), ("torch", "already an importable module"),
+])
+def test_bad_names_are_refused_in_one_line_and_nothing_is_written(tmp_path, name, says) -> None:
+    with pytest.raises(ConfigError, match=says) as refused:
+        newpiece.create("method", name, tmp_path / "pkg")
+    assert "\n" not in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_in_the_way_is_refused_and_left_as_it_was(tmp_path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "notes.txt").write_text("mine")
+    (tmp_path / "file").write_text("a file")
+    for target in (tmp_path / "pkg", tmp_path / "file"):
+        with pytest.raises(ConfigError, match=f"{target.name} exists and is not .*give --dir a new or empty"):
+            newpiece.create("method", NAME, target)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["file", "pkg", "pkg/notes.txt"]
+    assert (tmp_path / "pkg" / "notes.txt").read_text() == "mine"
+
+
+def test_the_current_folder_is_refused_even_empty(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # renaming onto it would leave the shell in a deleted folder
+    with pytest.raises(ConfigError, match="is the current folder; give --dir a new folder inside it"):
+        newpiece.create("method", NAME, pathlib.Path("."))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_folder_is_filled(tmp_path) -> None:
+    (tmp_path / "pkg").mkdir()
+    assert newpiece.create("method", NAME, tmp_path / "pkg") == FILES
+    assert [p.name for p in tmp_path.iterdir()] == ["pkg"]
+
+
+def test_a_failure_while_writing_leaves_nothing_behind(tmp_path, monkeypatch) -> None:
+    real, calls = pathlib.Path.write_text, []
+
+    def failing(self, *args, **kwargs):  # the third file cannot be written (a full disk, say)
+        calls.append(self)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", failing)
+    with pytest.raises(ConfigError, match="cannot write .*pkg: No space left on device; nothing was written"):
+        newpiece.create("method", NAME, tmp_path / "pkg")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refusal_on_the_command_line_is_one_line_with_exit_code_2(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "method", "FedMine"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedskew new: 'FedMine' cannot name a method package") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_class_names_and_the_packaged_templates() -> None:
+    assert newpiece.class_name("fedfocal") == "Fedfocal" and newpiece.class_name("my_method2") == "MyMethod2"
+    templates = REPO / "src/fedskew/templates/method"
+    assert sorted(p.name for p in templates.iterdir()) == sorted(newpiece.METHOD_FILES.values())
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "templates/**/*" in pyproject["tool"]["setuptools"]["package-data"]["fedskew"]
