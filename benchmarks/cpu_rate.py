@@ -49,7 +49,7 @@ def measure(suite: str, dataset: str) -> str:
     from fedskew.numerics import cpu_pin
 
     cpu_pin.apply()
-    from fedskew.catalog import SOURCES
+    from fedskew.catalog import sources
     from fedskew.config import load_params
     from fedskew.reproduce.cost import run_flops
 
@@ -59,7 +59,7 @@ def measure(suite: str, dataset: str) -> str:
         root = Path(scratch)
         shutil.copy2(ROOT / "params.yaml", root / "params.yaml")
         raw = ROOT / "data" / "raw" / dataset
-        if SOURCES[cfg.dataset_spec["source"]].arrives != "embedded":  # an embedded source is generated
+        if sources()[cfg.dataset_spec["source"]].arrives != "embedded":  # an embedded source is generated
             if not raw.is_dir():
                 raise SystemExit(f"{raw} is missing: run `python -m fedskew download {dataset}` first")
             shutil.copytree(raw, root / "data" / "raw" / dataset)

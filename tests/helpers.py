@@ -197,6 +197,29 @@ def make_copy(tmp_path: Path, params: dict) -> Path:
     return root
 
 
+def install_plugin(tmp_path: Path, distribution: str, entry_points: dict[str, dict[str, str]],
+                   modules: dict[str, str]) -> Path:
+    """A plugin package written into tmp_path and installed with pip into a folder of its own (`--target`),
+    offline; that folder, for a command's PYTHONPATH (fedskew finds the entry points there, and the test's
+    environment stays as it was). `entry_points`: group -> {name: "module:attribute"}; `modules`: file -> text."""
+    package = tmp_path / distribution
+    for relative, text in modules.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text)
+    groups = "".join(f'[project.entry-points."{group}"]\n' + "".join(f'{name} = "{value}"\n'
+                                                                        for name, value in names.items())
+                     for group, names in entry_points.items())
+    (package / "pyproject.toml").write_text(
+        f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{distribution}"\nversion = "0.1"\n\n{groups}')
+    site = tmp_path / f"{distribution}-site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target", str(site),
+                           str(package)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return site
+
+
 def run(cmd: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
     """`cmd` in the copied project `cwd`, with its own src/ and as in an activated environment (dvc's stage
     commands find `snakemake` on PATH), no MLFLOW_TRACKING_URI, `env` on top; output captured, 900 s at most."""

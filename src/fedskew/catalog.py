@@ -12,36 +12,28 @@ Methods: each class is the one source of what it is (fedskew.declarations). `met
 ones from catalog.json, which `python -m fedskew catalog --write` derives from the classes (a test fails while
 it is stale, fedskew.derived), and a plugin's from its class (fedskew.plugins). Runs take their defaults from
 here (Params.method_spec), so a default is changed in the class and the derived file rewritten.
-Datasets and models: the tables below restate their registries, and tests/unit/test_catalog.py compares every
-entry with them (it builds every model on the meta device; the feature widths are compared in
-tests/unit/test_config.py) and, when one disagrees, prints the entry to write here.
+Models likewise: `models()` serves the built-in ones from catalog.json, which the same command derives by building
+each declared model (fedskew.models.BUILT_IN) on torch's meta device (describe_model), and a plugin's from its
+declaration (`Model`); MODEL_NEEDS, SPLIT_POINTS, SPLIT_STAGES, MODEL_SUMMARIES and FEATURE_DIMS are views of it.
+Datasets: the tables below restate their registries, and tests/unit/test_catalog.py compares every entry with
+them and, when one disagrees, prints the entry to write here.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from functools import cache
+from math import prod
 from pathlib import Path
 from typing import Any
 
 from fedskew import plugins
-from fedskew.declarations import describe_method, first_paragraph
+from fedskew.declarations import describe_method, describe_source, first_paragraph
 from fedskew.families import Family
 
-# --- dataset sources (fedskew.data.registry) ---------------------------------------------
-
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "digits": {"test_fraction": 0.2, "seed": 0},
-    "synthetic": {"lam": 1.0, "mu": 1.0, "clients": 100, "dim": 60, "classes": 10, "seed": 0},
-    "mnist": {}, "fashionmnist": {}, "cifar10": {}, "cifar100": {}, "svhn": {},
-    "cinic10": {},
-    "tinyimagenet": {},
-    "femnist": {"writers": 100, "seed": 0},
-    "adult": {},
-    "imagenet_subset": {"imagenet_dir": None},
-}
-
+# --- dataset sources (fedskew.data.datasets) -------------------------------------------------
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -55,65 +47,61 @@ class DatasetInfo:
 
 @dataclass(frozen=True)
 class Source:
-    """A dataset source: its inputs ([C, H, W] images or vectors), classes, and how it arrives:
-    "embedded" (generated here, no network), "download" (fetched and checked against pinned
-    md5s, or placed by hand when offline) or "by hand" (no download exists: files placed by hand)."""
+    """A dataset source as its class declares itself (fedskew.data.datasets.base.DatasetSource): its inputs
+    ([C, H, W] images or vectors) and classes, how it arrives ("embedded": generated here; "download": fetched
+    and checked against pinned md5s, or placed by hand when offline; "by hand": no download exists), its
+    options' defaults, the files it fetches with the host of the first, and the sizes of its fixed splits."""
 
     input_shape: tuple[int, ...]
     num_classes: int
     has_natural_partition: bool
     arrives: str
+    defaults: dict[str, Any]
+    schemas: dict[str, dict]            # each option's JSON schema
+    raw_files: tuple[str, ...] = ()     # named as downloaded, as a local folder or data/raw/<source>/ holds them
+    host: str | None = None
+    train_class_counts: tuple[int, ...] | None = None
+    train_size: int | None = None
+    test_size: int | None = None
+    estimated_sizes: tuple[int, int] | None = None  # what `fedskew cost` assumes where sizes are not fixed
+    plugin: str | None = None           # the distribution of a plugin's source
+
+    @classmethod
+    def of(cls, record: dict, plugin: str | None = None) -> Source:
+        counts, estimated = record["train_class_counts"], record["estimated_sizes"]
+        return cls(tuple(record["input_shape"]), record["num_classes"], record["natural_partition"],
+                   record["arrives"], {k: o["default"] for k, o in record["options"].items()},
+                   {k: o["schema"] for k, o in record["options"].items()}, tuple(record["raw_files"]),
+                   record["host"], tuple(counts) if counts is not None else None, record["train_size"],
+                   record["test_size"], tuple(estimated) if estimated is not None else None, plugin)
 
 
-SOURCES: dict[str, Source] = {
-    "digits": Source((1, 8, 8), 10, False, "embedded"),
-    # synthetic's shape and classes are its spec's `dim` and `classes` (these are the defaults)
-    "synthetic": Source((60,), 10, True, "embedded"),
-    "mnist": Source((1, 28, 28), 10, False, "download"),
-    "fashionmnist": Source((1, 28, 28), 10, False, "download"),
-    "cifar10": Source((3, 32, 32), 10, False, "download"),
-    "cifar100": Source((3, 32, 32), 100, False, "download"),
-    "svhn": Source((3, 32, 32), 10, False, "download"),
-    "cinic10": Source((3, 32, 32), 10, False, "download"),
-    "tinyimagenet": Source((3, 64, 64), 200, False, "download"),
-    "femnist": Source((1, 28, 28), 62, True, "by hand"),
-    "adult": Source((105,), 2, False, "download"),  # fedskew.data.datasets.adult.NUM_FEATURES
-    "imagenet_subset": Source((3, 64, 64), 12, False, "by hand"),
-}
+@cache
+def sources() -> dict[str, Source]:
+    """Every dataset source by name: the built-in ones from catalog.json, then the plugins' (entry points of
+    group fedskew.datasets), each described from its class. A plugin that is no source class, or takes a
+    built-in source's name, is a PluginError."""
+    out = {name: Source.of(record) for name, record in _written()["sources"].items()}
+    for name, plugin in sorted(plugins.loaded("dataset").items()):
+        if name in out:
+            raise plugin.error(f"{name!r} is the name of a built-in dataset source; give the entry point another name")
+        problem = plugins.source_problem(plugin)
+        if problem:
+            raise plugin.error(problem)
+        out[name] = Source.of(describe_source(plugin.obj), plugin.distribution)
+    return out
 
 
-# The raw files of each source fedskew fetches (named as downloaded, and as a local folder or data/raw/<source>/
-# must hold them) and the host its first URL names: what `python -m fedskew datasets` checks for and shows.
-# femnist and imagenet_subset have no such files (a tree of JSON files, a local ILSVRC-2012 copy).
-RAW_FILES: dict[str, tuple[str, ...]] = {
-    "mnist": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-              "t10k-labels-idx1-ubyte.gz"),
-    "fashionmnist": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                     "t10k-labels-idx1-ubyte.gz"),
-    "cifar10": ("cifar-10-python.tar.gz",),
-    "cifar100": ("cifar-100-python.tar.gz",),
-    "svhn": ("train_32x32.mat", "test_32x32.mat"),
-    "cinic10": ("CINIC-10.tar.gz",),
-    "tinyimagenet": ("tiny-imagenet-200.zip",),
-    "adult": ("adult.data", "adult.test"),
-}
-DOWNLOAD_HOSTS: dict[str, str] = {
-    "mnist": "ossci-datasets.s3.amazonaws.com",
-    "fashionmnist": "fashion-mnist.s3-website.eu-central-1.amazonaws.com",
-    "cifar10": "www.cs.toronto.edu",
-    "cifar100": "www.cs.toronto.edu",
-    "svhn": "ufldl.stanford.edu",
-    "cinic10": "datashare.ed.ac.uk",
-    "tinyimagenet": "cs231n.stanford.edu",
-    "adult": "archive.ics.uci.edu",
-}
+def dataset_defaults(source: str) -> dict[str, Any]:
+    """A source's options with their defaults, in its class's order (what a dataset's spec fills in)."""
+    return dict(sources()[source].defaults)
 
 
 def dataset_info(spec: dict) -> DatasetInfo:
-    """fedskew.data.registry.dataset_info without torch."""
-    if spec["source"] not in SOURCES:
+    """What a dataset of spec `spec` gives, without torch."""
+    if spec["source"] not in sources():
         raise ValueError(f"unknown dataset source {spec['source']!r}")
-    source = SOURCES[spec["source"]]
+    source = sources()[spec["source"]]
     shape, classes = source.input_shape, source.num_classes
     if spec["source"] == "synthetic":
         shape, classes = (spec["dim"],), spec["classes"]
@@ -124,7 +112,7 @@ def dataset_info(spec: dict) -> DatasetInfo:
 
 @dataclass(frozen=True)
 class InputNeeds:
-    """What a model needs of a dataset's inputs (fedskew.models.NEEDS, whose `problem` this restates).
+    """What a model needs of a dataset's inputs (validation refuses a dataset that gives other inputs).
 
     image: it needs images [C, H, W] (vectors are refused).
     shapes: the exact image shapes [C, H, W] it is defined for (empty: any channels and size);
@@ -152,53 +140,49 @@ class InputNeeds:
                     f"but the dataset gives {given}")
         return None
 
+    def example(self, num_classes: int = 10) -> DatasetInfo:
+        """Inputs these needs allow, for showing a model's structure: its own shape if it has one, else 3×32×32
+        images (larger where it needs larger) for an image model, 64-vectors for the others."""
+        if self.shapes:
+            return DatasetInfo(tuple(self.shapes[0]), num_classes, True, False)
+        if self.image:
+            side = max(32, self.min_side)
+            return DatasetInfo((3, side, side), num_classes, True, False)
+        return DatasetInfo((64,), num_classes, False, False)
+
+    @classmethod
+    def of(cls, record: dict) -> InputNeeds:
+        """The needs a catalog.json record holds (dataclasses.asdict of one)."""
+        return cls(record["image"], tuple(tuple(shape) for shape in record["shapes"]), record["min_side"],
+                   record["why"])
+
 
 def _shape(shape: tuple[int, ...]) -> str:
     return "×".join(str(side) for side in shape)
 
 
-_POOLS = "its three 2×2 pools must leave a pixel"
-_BN_MIN = "BatchNorm must see at least 2×2 maps after the net's {}× downsampling to train on a batch of one"
-MODEL_NEEDS: dict[str, InputNeeds] = {
-    "logreg": InputNeeds(),
-    "mlp": InputNeeds(),
-    "cnn": InputNeeds(image=True, min_side=2, why="its 2×2 pool must leave a pixel"),
-    "alexnet": InputNeeds(image=True, min_side=8, why=_POOLS),
-    "fedlc_cnn_mnist": InputNeeds(image=True, shapes=((1, 28, 28),),
-                                  why="FedLC Table 8: conv1 takes 1 channel and fc1 320 = 20·4·4 features, "
-                                      "which only 28×28 gives"),
-    "fedlc_cnn_cifar": InputNeeds(image=True, shapes=((3, 32, 32),),
-                                  why="FedLC Table 9: conv1 takes 3 channels and fc1 2048 = 128·4·4 features, "
-                                      "which only 32×32 gives"),
-    "resnet18": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
-    "resnet32": InputNeeds(image=True, min_side=8, why=_BN_MIN.format(4)),
-    "mobilenetv2": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
-    "fed_dnn": InputNeeds(),
-    "flfcr_mlp": InputNeeds(),
-    "flfcr_cnn": InputNeeds(image=True, min_side=8, why=_POOLS),
-}
+@dataclass(frozen=True)
+class Model:
+    """A model: `build(info)` makes its network (a fedskew.models.SplittableNet) for a dataset like `info` (a
+    DatasetInfo); `needs` says which inputs it takes; `version` is its numerics version, raised when a change moves
+    the bits it computes, which gives its runs new ids. What it is (`fedskew models`) is the first paragraph of
+    build's docstring. fedskew.models.BUILT_IN declares the built-in ones so (their versions are
+    fedskew.models.VERSIONS, which run ids read from its source), and a plugin's entry point of group
+    fedskew.models names one."""
 
-# Each model's split points (model.split_points), the default first; they do not depend on the input.
-SPLIT_POINTS: dict[str, tuple[str, ...]] = {
-    "logreg": ("flatten",),
-    "mlp": ("relu1", "relu2"),
-    "cnn": ("pool", "relu1", "relu3"),
-    "alexnet": ("S2", "S1", "S3", "S4", "S5"),
-    "fedlc_cnn_mnist": ("pool2", "pool1", "relu3"),
-    "fedlc_cnn_cifar": ("pool2", "pool1", "pool3"),
-    "resnet18": ("layer1", "stem", "layer2", "layer3", "layer4"),
-    "resnet32": ("layer1", "stem", "layer2", "layer3"),
-    "mobilenetv2": ("stage2", "stem", "stage1", "stage3", "stage4", "stage5", "stage6", "stage7", "last"),
-    "fed_dnn": ("relu1", "relu2"),
-    "flfcr_mlp": ("relu1", "relu2", "relu3", "relu4"),
-    "flfcr_cnn": ("pool2", "pool1", "relu4", "pool3", "relu6"),
-}
+    build: Callable[[DatasetInfo], Any]
+    needs: InputNeeds = InputNeeds()
+    version: int = 1
 
-
-# Split points named apart from the body stage they cut after (model.split_points[point] = stage).
-SPLIT_STAGES: dict[str, dict[str, str]] = {
-    "alexnet": {"S2": "relu4", "S1": "pool2", "S3": "pool3", "S4": "relu6", "S5": "relu7"},
-}
+    def problem(self) -> str | None:
+        """What makes this declaration unusable, or None."""
+        if not callable(self.build):
+            return f"its build is a {type(self.build).__name__}, not a function of a DatasetInfo"
+        if not isinstance(self.needs, InputNeeds):
+            return f"its needs is a {type(self.needs).__name__}; write needs=InputNeeds(...) (fedskew.models)"
+        if type(self.version) is not int or self.version < 1:
+            return f"its version is {self.version!r}; write a whole number, 1 or more"
+        return None
 
 
 def model_summary(doc: str | None) -> str:
@@ -206,48 +190,123 @@ def model_summary(doc: str | None) -> str:
     return first_paragraph(doc)
 
 
-# Each model's summary: model_summary(fedskew.models.MODELS[name].__doc__).
-MODEL_SUMMARIES: dict[str, str] = {
-    "logreg": "Multinomial logistic regression (FedLC's model for Synthetic).",
-    "mlp": "Two hidden layers of ReLU units.",
-    "cnn": "A small CNN for small images (the offline digits): two 3×3 convs, one pool, one fc.",
-    "alexnet": "SCALA's AlexNet (Appendix E), cut into client and server parts as in §5.1 and Appendix H.",
-    "fedlc_cnn_mnist": "FedLC's CNN for MNIST and FMNIST (Zhang et al., ICML 2022, Appendix A.1, Table 8).",
-    "fedlc_cnn_cifar": "FedLC's CNN for CIFAR10 (Zhang et al., ICML 2022, Appendix A.1, Table 9).",
-    "resnet18": "ResNet-18, CIFAR variant (used by FedLC on ImageNet-subset 64×64, FedED's Table 3 on CIFAR10).",
-    "resnet32": "ResNet-32 for CIFAR (He et al. 2016, §4.2; FedED's Table 3 on CIFAR10).",
-    "mobilenetv2": "MobileNetV2, CIFAR variant (FedED's backbone for CIFAR10/100 and TinyImageNet).",
-    "fed_dnn": "FedED's DNN for MNIST (Guo et al., FedED, \"Models and baselines\"): \"a deep neural network "
-               "(DNN) containing three fully connected layers\".",
-    "flfcr_mlp": "FL-FCR's MLP for MNIST and Adult Income (FL-FCR, §V-A-3 and Table I).",
-    "flfcr_cnn": "FL-FCR's CNN for CIFAR-10 (FL-FCR, §V-A-3 and Table I).",
-}
+def describe_model(model: Model) -> dict:
+    """A model's record, as catalog.json holds it: what it is, its needs, its split points (a point's name -> the body
+    stage it cuts after, the default first) and its feature width, the input of its head (None: the flattened
+    input). Built on torch's meta device (the structure, no weights) for a few inputs its needs allow, which must
+    give the same split points and one width, or the flattened input's. A ValueError says what is wrong: the
+    declaration (Model.problem), building it, or what differs between inputs."""
+    import torch  # only where a model is described: writing catalog.json, loading a model plugin
+
+    problem = model.problem()
+    if problem:
+        raise ValueError(problem)
+    infos = _probe_infos(model.needs)
+    if not infos:
+        raise ValueError(f"its needs take no inputs ({model.needs}): an exact shape smaller than its min_side?")
+    with torch.device("meta"):
+        built = [(info, _built(model, info)) for info in infos]
+    points = [list(net.split_points.items()) for _, net in built]
+    if any(found != points[0] for found in points):
+        raise ValueError(f"its split points change with the input ({_each(built, points)}); they must not")
+    widths = [net.head.in_features for _, net in built]
+    if len(set(widths)) > 1 and widths != [prod(info.input_shape) for info, _ in built]:
+        raise ValueError(f"its feature width (head.in_features) changes with the input ({_each(built, widths)}); "
+                         "it must be one width, or the flattened input's")
+    needs = {**asdict(model.needs), "shapes": [list(shape) for shape in model.needs.shapes]}  # as JSON reads back
+    return {"summary": model_summary(model.build.__doc__), "needs": needs,
+            "split_points": dict(points[0]), "feature_dim": widths[0] if len(set(widths)) == 1 else None}
 
 
-# The width of each model's features, the input of its linear head (model.head.in_features), which does not
-# depend on the dataset except where None: the flattened input, prod(input_shape). FL-FCR resamples features
-# of this width; validation bounds their number (fedskew.config).
-FEATURE_DIMS: dict[str, int | None] = {
-    "logreg": None, "mlp": 200, "cnn": 128, "alexnet": 4096, "fedlc_cnn_mnist": 50, "fedlc_cnn_cifar": 2048,
-    "resnet18": 512, "resnet32": 64, "mobilenetv2": 1280, "fed_dnn": 200, "flfcr_mlp": 64, "flfcr_cnn": 128,
-}
+def _probe_infos(needs: InputNeeds) -> list[DatasetInfo]:
+    """The inputs a model is described on: its example and the others of several sizes that its needs allow (its own
+    shapes, its smallest images, odd ones, vectors), so that split points or a width that follow the input show."""
+    side = needs.min_side
+    shapes = [*needs.shapes, (3, side, side), (1, side + 3, side + 5), (7,)]
+    candidates = [needs.example(), *(DatasetInfo(shape, 10, len(shape) == 3, False) for shape in shapes)]
+    return list(dict.fromkeys(info for info in candidates if needs.problem("", info) is None))
+
+
+def _built(model: Model, info: DatasetInfo) -> Any:
+    given = _shape(info.input_shape) + (" images" if info.is_image else " vectors")
+    try:
+        net = model.build(info)
+    except Exception as error:  # whatever a builder raises, reported with the inputs it was given
+        raise ValueError(f"building it for {given} failed: {type(error).__name__}: {error}; if it cannot take "
+                         f"such inputs, say so in its needs (InputNeeds)") from error
+    if not all(hasattr(net, attribute) for attribute in ("body", "head", "split_points")):
+        raise ValueError(f"its build returned a {type(net).__name__}, not a fedskew.models.SplittableNet")
+    return net
+
+
+def _each(built: list, values: list) -> str:
+    return "; ".join(f"{value} on {_shape(info.input_shape)}" for (info, _), value in zip(built, values, strict=True))
+
+
+@cache
+def models() -> dict[str, dict]:
+    """Every model by name, as describe_model records it: the built-in ones in fedskew.models' order, from
+    catalog.json, then the plugins' (entry points of group fedskew.models), each described from its declaration
+    when loaded, with its distribution and version. A plugin that takes a built-in model's name, or names no valid
+    declaration, is a PluginError."""
+    out = dict(_written()["models"])
+    for name, plugin in sorted(plugins.loaded("model").items()):
+        if name in out:
+            raise plugin.error(f"{name!r} is the name of a built-in model; give the entry point another name")
+        out[name] = {**_plugin_record(plugin), "plugin": plugin.distribution, "version": plugin.obj.version}
+    return out
+
+
+def _plugin_record(plugin: plugins.Plugin) -> dict:
+    """describe_model of a plugin's declaration; a PluginError if it names none, or one that cannot be described."""
+    if not isinstance(plugin.obj, Model):
+        raise plugin.error(f"names a {type(plugin.obj).__name__}, not a model declaration: point it at a "
+                           "fedskew.models.Model(build, needs=InputNeeds(...), version=1)")
+    try:
+        return describe_model(plugin.obj)
+    except ValueError as error:
+        raise plugin.error(str(error)) from error
+
+
+# The models' facts as tables by name, derived from models(): made when first read, not when this module is
+# imported (a model plugin's module imports fedskew.models, which imports this one), by __getattr__ below.
+_MODEL_TABLES = ("MODEL_NEEDS", "SPLIT_POINTS", "SPLIT_STAGES", "MODEL_SUMMARIES", "FEATURE_DIMS")
+
+
+@cache
+def _model_tables() -> dict[str, dict]:
+    records = models()
+    aliased = {name: {point: stage for point, stage in record["split_points"].items() if point != stage}
+               for name, record in records.items()}
+    return {"MODEL_NEEDS": {name: InputNeeds.of(record["needs"]) for name, record in records.items()},
+            # the default first; split points do not depend on the input
+            "SPLIT_POINTS": {name: tuple(record["split_points"]) for name, record in records.items()},
+            # the split points named apart from the body stage they cut after (model.split_points[point] = stage)
+            "SPLIT_STAGES": {name: stages for name, stages in aliased.items() if stages},
+            "MODEL_SUMMARIES": {name: record["summary"] for name, record in records.items()},
+            # FL-FCR resamples features of this width; validation bounds their number (fedskew.config_checks)
+            "FEATURE_DIMS": {name: record["feature_dim"] for name, record in records.items()}}
+
+
+def __getattr__(name: str) -> dict:
+    if name in _MODEL_TABLES:
+        return _model_tables()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def feature_dim(name: str, info: DatasetInfo) -> int:
-    """The width of model `name`'s features on a dataset like `info` (FEATURE_DIMS)."""
-    width = FEATURE_DIMS[name]
-    if width is None:
-        width = 1
-        for side in info.input_shape:
-            width *= side
-    return width
+    """The width of model `name`'s features on a dataset like `info` (FEATURE_DIMS; None there: the flattened
+    input's, prod(input_shape))."""
+    width = _model_tables()["FEATURE_DIMS"][name]
+    return prod(info.input_shape) if width is None else width
 
 
 def incompatibility(name: str, info: DatasetInfo) -> str | None:
-    """fedskew.models.incompatibility without torch: why model `name` cannot run on a dataset like `info`."""
-    if name not in MODEL_NEEDS:
-        return f"unknown model {name!r}; known: {', '.join(MODEL_NEEDS)}"
-    return MODEL_NEEDS[name].problem(name, info)
+    """Why model `name` cannot run on a dataset like `info`, or None if it can (as fedskew.models.incompatibility)."""
+    needs = _model_tables()["MODEL_NEEDS"]
+    if name not in needs:
+        return f"unknown model {name!r}; known: {', '.join(needs)}"
+    return needs[name].problem(name, info)
 
 
 # --- methods (fedskew.algorithms) -----------------------------------------------------------

@@ -311,6 +311,10 @@ def _add_build_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON record a run")
     sub.add_parser("dvc-stages", help="write dvc.yaml from params.yaml and the modules each phase imports (after a "
                                       "change of run.suites)")
+    p = sub.add_parser("runs", help="the run id of every run a suite's tables read, by grid point (CSV); --write puts "
+                                    "it in results/tables/runs/<suite>.csv")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--write", action="store_true")
     p = sub.add_parser("catalog", help="say whether the files derived from the pieces' classes (src/fedskew/catalog.json, "
                                        "the method table of docs/methods.md) are current; --write writes them")
     p.add_argument("--write", action="store_true", help="write the stale ones (after adding or changing a method)")
@@ -340,7 +344,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
             "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
             "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale,
-            "suites": listings.cmd_suites, "catalog": cmd_catalog, "new": cmd_new}
+            "suites": listings.cmd_suites, "catalog": cmd_catalog, "runs": listings.cmd_runs, "new": cmd_new}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

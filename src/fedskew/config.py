@@ -21,8 +21,7 @@ from typing import Any
 
 import yaml
 
-from fedskew import catalog, discovery
-from fedskew.catalog import DATASET_DEFAULTS
+from fedskew import catalog, discovery, plugins
 from fedskew.config_checks import cross_section_problems
 from fedskew.config_errors import ConfigError
 from fedskew.config_schema import read_params_file, schema_problems
@@ -140,19 +139,34 @@ def run_versions(algorithm: str | None, model: str | None, source: str | None, s
     is not 1: each as its own source file sets it (fedskew.engine.VERSION, fedskew.models.VERSIONS, a method's,
     source's or scheme's class attribute `version`), read without importing torch."""
     versions = {"engine": discovery.module_constant("fedskew.engine", "VERSION"),
-                "method": _method_version(algorithm),
-                "model": discovery.module_constant("fedskew.models", "VERSIONS").get(model, 1),
-                "source": discovery.declared_versions("source").get(source, 1),
-                "scheme": discovery.declared_versions("scheme").get(scheme, 1)}
+                "method": _class_version("method", algorithm),
+                "model": _model_version(model),
+                "source": _class_version("source", source),
+                "scheme": _class_version("scheme", scheme)}
     return {piece: version for piece, version in versions.items() if version != 1}
 
 
-def _method_version(algorithm: str | None) -> int:
-    """A method's numerics version: a built-in one's as its source file sets it, a plugin's as its class does."""
-    built_in = discovery.declared_versions("method")
-    if algorithm in built_in or algorithm is None:
-        return built_in.get(algorithm, 1)
-    return catalog.methods().get(algorithm, {}).get("version", 1)
+# The plugin kind (fedskew.plugins.GROUPS) of each kind of versioned class (fedskew.discovery.VERSIONED_PACKAGES).
+_PLUGIN_KINDS = {"method": "method", "source": "dataset", "scheme": "partition"}
+
+
+def _class_version(kind: str, name: str | None) -> int:
+    """A method's, dataset source's or partition scheme's numerics version: a built-in one's as its source file
+    sets it (read without importing it), a plugin's as its class does."""
+    built_in = discovery.declared_versions(kind)
+    if name is None or name in built_in:
+        return built_in.get(name, 1)
+    plugin = plugins.loaded(_PLUGIN_KINDS[kind]).get(name)
+    return plugin.obj.version if plugin is not None else 1
+
+
+def _model_version(model: str | None) -> int:
+    """A model's numerics version: a built-in one's as fedskew.models.VERSIONS sets it (read without importing it),
+    a plugin's as its declaration (fedskew.catalog.Model) does."""
+    built_in = discovery.module_constant("fedskew.models", "VERSIONS")
+    if model is None or model in built_in:
+        return built_in.get(model, 1)
+    return catalog.models().get(model, {}).get("version", 1)
 
 
 class Params:
@@ -202,7 +216,7 @@ class Params:
 
     def dataset_spec(self, dataset: str) -> dict:
         spec = self.raw["datasets"][dataset]
-        return {**DATASET_DEFAULTS[spec["source"]], **spec}
+        return {**catalog.dataset_defaults(spec["source"]), **spec}
 
     def partition_spec(self, partition: str) -> dict:
         from fedskew.data.partitions import (

@@ -16,8 +16,6 @@ from typing import Any
 
 from fedskew import catalog
 from fedskew.catalog import (
-    DATASET_DEFAULTS,
-    SPLIT_POINTS,
     DatasetInfo,
     dataset_info,
     feature_dim,
@@ -119,7 +117,7 @@ def _suite_problems(raw: dict, name: str, suite: dict, used: Uses) -> list[str]:
             problems.append(f"suites.{name}.settings[{j}].dataset: {dataset!r} is not defined under `datasets`"
                             f"{suggestion(dataset, raw['datasets'])}; defined: {', '.join(raw['datasets'])}")
             continue
-        spec = {**DATASET_DEFAULTS[raw["datasets"][dataset]["source"]], **raw["datasets"][dataset]}
+        spec = {**catalog.dataset_defaults(raw["datasets"][dataset]["source"]), **raw["datasets"][dataset]}
         setting = _Setting(name, j, dataset, spec, dataset_info(spec))
         problems += _partition_problems(raw, setting, entry["partitions"], first_setting, used)
         problems += _setting_training_problems(raw, setting, suite["methods"], training)
@@ -181,9 +179,9 @@ def _model_problems(setting: _Setting, train: TrainingConfig, unfit: str | None)
     if train.augmentation != "none" and not setting.info.is_image:
         return [f"training.{name}: augmentation {train.augmentation!r} on dataset {dataset!r}: "
                 "augmentations transform images, but the dataset gives vectors; use 'none'"]
-    if train.split_point is not None and train.split_point not in SPLIT_POINTS[model]:
+    if train.split_point is not None and train.split_point not in catalog.SPLIT_POINTS[model]:
         return [f"training.{name}: split_point {train.split_point!r} is not a split point "
-                f"of model {model!r}; known: {', '.join(SPLIT_POINTS[model])}"]
+                f"of model {model!r}; known: {', '.join(catalog.SPLIT_POINTS[model])}"]
     return []
 
 
@@ -279,7 +277,7 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
     problems, unsplittable = [], set()
     for name, spec in raw["datasets"].items():
         if spec["source"] == "synthetic":  # generated as one array, here too (sizes.class_counts)
-            spec = {**DATASET_DEFAULTS["synthetic"], **spec}
+            spec = {**catalog.dataset_defaults("synthetic"), **spec}
             samples = sizes.train_size(spec)
             if samples * spec["dim"] > MAX_ARRAY_NUMBERS:
                 problems.append(f"datasets.{name}: {spec['clients']} clients generate {samples:,} training samples "
@@ -287,7 +285,7 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
                                 f"{MAX_ARRAY_NUMBERS:,} for one array; use fewer clients or a smaller dim")
                 unsplittable.add(name)
         if spec["source"] == "digits":
-            fraction = spec.get("test_fraction", DATASET_DEFAULTS["digits"]["test_fraction"])
+            fraction = spec.get("test_fraction", catalog.dataset_defaults("digits")["test_fraction"])
             n_train, n_test = sizes.digits_split_sizes(fraction)
             if min(n_train, n_test) < 10:  # scikit-learn's stratified split needs one image per class in each
                 problems.append(f"datasets.{name}.test_fraction: {fraction} leaves {n_train} training and {n_test} "
@@ -295,7 +293,7 @@ def _size_problems(raw: dict, used: dict[tuple[str, str], list[str]]) -> list[st
                                 "between 0.006 and 0.994")
                 unsplittable.add(name)
     for (dataset, partition), settings in used.items():
-        spec = {**DATASET_DEFAULTS[raw["datasets"][dataset]["source"]], **raw["datasets"][dataset]}
+        spec = {**catalog.dataset_defaults(raw["datasets"][dataset]["source"]), **raw["datasets"][dataset]}
         scheme = raw["partitions"][partition]["scheme"]
         n = sizes.train_size(spec)
         if n is None or scheme == "natural" or dataset in unsplittable:  # natural: no parameters, fit checked above

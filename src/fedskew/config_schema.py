@@ -2,8 +2,9 @@
 
 Reading refuses a key written twice in one mapping (YAML would keep the last). Then every float must be finite
 (YAML's .nan and .inf are floats, which JSON Schema's range checks let through), then the schema in
-workflow/schemas/params.schema.yaml, with the dataset sources of fedskew.catalog filled in, checks types, ranges,
-known names and known keys. Each violation becomes one line naming the key, the bad value and what is allowed.
+workflow/schemas/params.schema.yaml, with the methods and dataset sources of fedskew.catalog filled in, checks
+types, ranges, known names and known keys. Each violation becomes one line naming the key, the bad value and what
+is allowed.
 The checks that relate sections to each other follow in fedskew.config_checks; fedskew.config runs both.
 """
 
@@ -19,9 +20,8 @@ from typing import Any
 import yaml
 
 from fedskew import catalog
-from fedskew.catalog import DATASET_DEFAULTS
 from fedskew.config_errors import ConfigError, short_value, suggestion
-from fedskew.declarations import method_schema
+from fedskew.declarations import method_schema, source_schema
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
@@ -129,30 +129,33 @@ def read_params_file(path: Path) -> Any:
 @cache
 def params_schema() -> dict:
     """The schema of params.yaml (workflow/schemas/params.schema.yaml) with the methods and the dataset sources of
-    fedskew.catalog.
+    fedskew.catalog and the partition schemes of fedskew.data.partitions filled in.
 
     `algorithm` takes the name of every method (built-in or a plugin's), and each method's clause its declared
     hyperparameters (fedskew.declarations.method_schema).
 
-    A source is one module of fedskew.data.datasets plus its catalog entry, so the schema file does not list
-    the sources: `source` takes exactly the catalog's names, and a source the file gives no options clause
-    checks its options by the names of its catalog defaults (the file's clauses add types and ranges).
-    Parsed once per process (about 0.1 s; tests validate hundreds of files).
+    Likewise `source` takes the name of every dataset source, and each source's clause its declared options
+    (fedskew.declarations.source_schema), and `scheme` the name of every partition scheme, each scheme's clause
+    its declared parameters (fedskew.data.partitions.parameters.scheme_schema), and a training section's `model`
+    the name of every model (fedskew.catalog.models): the schema file names no method, no source, no scheme and
+    no model. Parsed once per process (about 0.1 s; tests validate hundreds of files).
     """
     schema = yaml.load(SCHEMA_PATH.read_text(), Loader=_SafeLoader)
     method = schema["$defs"]["method"]
     method["properties"]["algorithm"] = {"enum": list(catalog.methods())}
     method["allOf"] = [method_schema(name, record) for name, record in catalog.methods().items()]
     dataset = schema["$defs"]["dataset"]
-    dataset["properties"]["source"] = {"enum": list(DATASET_DEFAULTS)}
-    covered: set[str] = set()
-    for clause in dataset["allOf"]:
-        condition = clause["if"]["properties"]["source"]
-        covered |= {condition["const"]} if "const" in condition else set(condition["enum"])
-    for source in [name for name in DATASET_DEFAULTS if name not in covered]:
-        dataset["allOf"].append({"if": {"properties": {"source": {"const": source}}},
-                                 "then": {"additionalProperties": False,
-                                          "properties": {"source": True, **dict.fromkeys(DATASET_DEFAULTS[source], True)}}})
+    dataset["properties"]["source"] = {"enum": list(catalog.sources())}
+    dataset["allOf"] = [source_schema(name, source.schemas) for name, source in catalog.sources().items()]
+    schema["$defs"]["training_fields"]["properties"]["model"] = {"enum": list(catalog.models())}
+    # The schemes import numpy only, so their clauses come from the classes (built-in and plugins'), with no
+    # derived file; imported here, not with this module, so that a broken plugin fails validation, not imports.
+    from fedskew.data.partitions.parameters import scheme_schema
+    from fedskew.data.partitions.registry import SCHEME_CLASSES
+
+    partition = schema["$defs"]["partition"]
+    partition["properties"]["scheme"] = {"enum": list(SCHEME_CLASSES)}
+    partition["allOf"] = [scheme_schema(name, cls.parameters) for name, cls in SCHEME_CLASSES.items()]
     return schema
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from fedskew.families import Family, Panel
 
 # The shared definitions of params.schema.yaml a hyperparameter may name instead of a range (`ref`).
-SCHEMA_REFS = ("missing_classes", "epoch_count", "sample_count")
+SCHEMA_REFS = ("missing_classes", "epoch_count", "sample_count", "seed")
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,9 @@ class Hyperparameter:
     The type is the default's: a bool is a switch, an int an integer (which must have a `maximum`, as every
     integer of params.yaml has), a float a number, a str one of `choices`. A number or integer may also take
     the words in `choices` (FL-FCR's samples_per_class: a count, `balanced` or `class_sized`). `ref` names a
-    definition of params.schema.yaml instead (SCHEMA_REFS). `status` says where the default comes from when it
-    is not the paper's own value ("paper silent; ..."); empty means the paper states it.
+    definition of params.schema.yaml instead (SCHEMA_REFS), and `schema` any JSON schema (a dataset's
+    `imagenet_dir`: a string or null). `status` says where the default comes from when it is not the paper's
+    own value ("paper silent; ..."); empty means the paper states it.
     """
 
     default: Any
@@ -40,9 +42,20 @@ class Hyperparameter:
     choices: tuple = ()
     ref: str = ""
     status: str = ""
+    schema_: dict | None = None  # written `schema=` (Hyperparameter's __init__ below)
+
+    def __init__(self, default: Any, *, minimum: float | None = None, maximum: float | None = None,
+                 exclusive_minimum: float | None = None, exclusive_maximum: float | None = None,
+                 choices: tuple = (), ref: str = "", status: str = "", schema: dict | None = None) -> None:
+        for key, value in (("default", default), ("minimum", minimum), ("maximum", maximum),
+                           ("exclusive_minimum", exclusive_minimum), ("exclusive_maximum", exclusive_maximum),
+                           ("choices", tuple(choices)), ("ref", ref), ("status", status), ("schema_", schema)):
+            object.__setattr__(self, key, value)
 
     def problem(self) -> str | None:
         """What makes this declaration unusable, or None."""
+        if self.schema_ is not None:
+            return None
         if self.ref:
             return None if self.ref in SCHEMA_REFS else f"ref {self.ref!r} is not one of {', '.join(SCHEMA_REFS)}"
         if isinstance(self.default, str) and self.default not in self.choices:
@@ -55,6 +68,8 @@ class Hyperparameter:
 
     def schema(self) -> dict:
         """The JSON schema of the values params.yaml may give it."""
+        if self.schema_ is not None:
+            return dict(self.schema_)
         if self.ref:
             return {"$ref": f"#/$defs/{self.ref}"}
         if isinstance(self.default, bool):
@@ -79,13 +94,13 @@ class Switch:
     dependents: tuple[str, ...]
 
 
-def declared_hyperparameters(cls: type) -> dict[str, Hyperparameter]:
-    """The hyperparameters of a method class and of every class it derives from (a composition has the union
-    of its parents'), a bare default read as `Hyperparameter(default)`; a declaration that cannot be used is a
-    TypeError naming the class and the hyperparameter."""
+def declared_hyperparameters(cls: type, attribute: str = "hyperparameters") -> dict[str, Hyperparameter]:
+    """The hyperparameters of a method class (or a dataset source's `options`) and of every class it derives
+    from (a composition has the union of its parents'), a bare default read as `Hyperparameter(default)`; a
+    declaration that cannot be used is a TypeError naming the class and the hyperparameter."""
     merged: dict[str, Hyperparameter] = {}
     for klass in reversed(cls.__mro__):
-        for key, value in vars(klass).get("hyperparameters", {}).items():
+        for key, value in vars(klass).get(attribute, {}).items():
             declared = value if isinstance(value, Hyperparameter) else Hyperparameter(value)
             problem = declared.problem()
             if problem:
@@ -118,6 +133,30 @@ def describe_method(cls: type) -> dict:
         "hyperparameters": {key: {"default": h.default, "schema": h.schema(), "status": h.status}
                             for key, h in cls.hyperparameters.items()},
     }
+
+
+def describe_source(cls: type) -> dict:
+    """The plain record of a dataset source class (fedskew.data.datasets.base.DatasetSource) that
+    fedskew.catalog serves: what it gives, how it arrives, its options, its fixed sizes, the files it fetches
+    and the host of the first one's first URL."""
+    files = cls.source_files()
+    return {
+        "input_shape": list(cls.input_shape), "num_classes": cls.num_classes,
+        "natural_partition": cls.natural_partition, "arrives": cls.arrives,
+        "options": {key: {"default": o.default, "schema": o.schema()} for key, o in cls.options.items()},
+        "train_class_counts": list(cls.train_class_counts) if cls.train_class_counts is not None else None,
+        "train_size": cls.train_size, "test_size": cls.test_size,
+        "estimated_sizes": list(cls.estimated_sizes) if cls.estimated_sizes is not None else None,
+        "raw_files": [f.filename for f in files],
+        "host": urlsplit(files[0].urls[0]).hostname if files else None,
+    }
+
+
+def source_schema(name: str, options: dict[str, dict]) -> dict:
+    """The if/then clause of params.schema.yaml's `dataset` for one source: exactly its options (name -> schema)."""
+    properties = {"source": True, **options}
+    return {"if": {"properties": {"source": {"const": name}}},
+            "then": {"additionalProperties": False, "properties": properties}}
 
 
 def method_schema(name: str, record: dict) -> dict:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedskew.catalog import CATALOG_FILE
-from fedskew.declarations import describe_method
+from fedskew.catalog import CATALOG_FILE, describe_model
+from fedskew.declarations import describe_method, describe_source
 
 DOCS_FILE = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
 BEGIN = "<!-- derived: python -m fedskew catalog --write -->"
@@ -23,12 +23,31 @@ END = "<!-- end of derived -->"
 
 
 def catalog_text() -> str:
-    """catalog.json as the built-in classes describe themselves."""
+    """catalog.json as the built-in pieces describe themselves: one section a kind of piece."""
+    document = {"written_by": "python -m fedskew catalog --write, from the classes; do not edit",
+                "methods": _methods(), "sources": _sources(), "models": _models()}
+    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+
+
+def _sources() -> dict[str, dict]:
+    """Each built-in dataset source's record (fedskew.declarations.describe_source), by name."""
+    from fedskew.data.datasets import built_in_sources
+
+    return {name: describe_source(cls) for name, cls in built_in_sources().items()}
+
+
+def _models() -> dict[str, dict]:
+    """Each built-in model's record (fedskew.catalog.describe_model), in fedskew.models' order."""
+    from fedskew.models import BUILT_IN
+
+    return {name: describe_model(model) for name, model in BUILT_IN.items()}
+
+
+def _methods() -> dict[str, dict]:
+    """Each built-in method's record (fedskew.declarations.describe_method), in fedskew.algorithms' order."""
     from fedskew.algorithms import BUILT_IN
 
-    document = {"written_by": "python -m fedskew catalog --write, from the classes; do not edit",
-                "methods": {name: describe_method(cls) for name, cls in BUILT_IN.items()}}
-    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    return {name: describe_method(cls) for name, cls in BUILT_IN.items()}
 
 
 def _value(value: object) -> str:

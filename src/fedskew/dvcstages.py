@@ -195,12 +195,17 @@ class Uses:
         from fedskew.data.datasets import dataset_sources
         from fedskew.data.partitions.registry import SCHEME_CLASSES
 
-        # A plugin's method is not fedskew's code: its runs change with its class's `version` (in their ids)
+        # A plugin's method, source or scheme is not fedskew's code: its runs change with its class's `version`
+        # (their ids)
         return {"algorithm": {module for m in self.methods
                               if (module := ALGORITHMS[params.method_spec(m)["algorithm"]].__module__)
                               .startswith("fedskew.")},
-                "source": {dataset_sources()[params.dataset_spec(d)["source"]].__module__ for d in self.datasets},
-                "scheme": {SCHEME_CLASSES[params.partition_spec(p)["scheme"]].__module__ for p in self.partitions}}
+                "source": {module for d in self.datasets
+                           if (module := dataset_sources()[params.dataset_spec(d)["source"]].__module__)
+                           .startswith("fedskew.")},
+                "scheme": {module for p in self.partitions
+                           if (module := SCHEME_CLASSES[params.partition_spec(p)["scheme"]].__module__)
+                           .startswith("fedskew.")}}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -308,10 +313,11 @@ def stages(params: Params, root: Path) -> list[Stage]:
                      {f"results/checkpoints/{suite}": {"persist": True}}]}))
     for suite in suites:
         found.append(Stage(stage_name("aggregate", suite), "aggregate", suite, {
-            "cmd": f"snakemake --cores all results/tables/{suite}.md",
+            "cmd": f"snakemake --cores all results/tables/{suite}.md results/tables/runs/{suite}.csv",
             "deps": [f"results/runs/{suite}", *code("aggregate", [suite])],
             "params": dvc_params(suite_keys(params, suite)),  # the tables print every spec and the protocol
-            "outs": [{f"results/tables/{suite}.{ext}": {"cache": False}} for ext in ("md", "csv", "tex")],
+            "outs": [*({f"results/tables/{suite}.{ext}": {"cache": False}} for ext in ("md", "csv", "tex")),
+                     {f"results/tables/runs/{suite}.csv": {"cache": False}}],
             "metrics": [{f"results/tables/{suite}.json": {"cache": False}}],
             "plots": [{f"results/figures/{suite}": {"cache": False}}]}))
     return found

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import textwrap
 from pathlib import Path
 
@@ -30,20 +29,16 @@ def cmd_methods(params: Params | None, args: argparse.Namespace) -> None:
 
 
 def cmd_models(params: Params | None, args: argparse.Namespace) -> None:
-    """Every model with its split points and what it is; from fedskew.catalog, so without importing torch."""
-    from fedskew.catalog import MODEL_SUMMARIES, SPLIT_POINTS, SPLIT_STAGES
+    """Every model (built-in, then the plugins') with its split points and what it is; from fedskew.catalog, so
+    without importing torch (unless a plugin's module does)."""
+    from fedskew.catalog import models
 
-    for name, split_points in SPLIT_POINTS.items():
-        stages = SPLIT_STAGES.get(name, {})
-        points = ", ".join(f"{point} (after {stages[point]})" if point in stages else point for point in split_points)
-        summary = textwrap.fill(MODEL_SUMMARIES[name], width=110, initial_indent=" " * 17, subsequent_indent=" " * 17)
-        print(f"{name:16s} split points: {points}; default {split_points[0]}\n{summary}")
-
-
-# Test-set sizes of the fixed published splits as fedskew decodes them (each source module's
-# docstring); digits' follows from its test_fraction. Others are known once prepared.
-_TEST_SIZES = {"mnist": 10000, "fashionmnist": 10000, "cifar10": 10000, "cifar100": 10000, "svhn": 26032,
-               "cinic10": 90000, "tinyimagenet": 10000, "adult": 15060}
+    for name, record in models().items():
+        cuts = record["split_points"]  # point -> the body stage it cuts after, the default first
+        points = ", ".join(point if stage == point else f"{point} (after {stage})" for point, stage in cuts.items())
+        origin = f" (plugin of {record['plugin']})" if "plugin" in record else ""
+        summary = textwrap.fill(record["summary"], width=110, initial_indent=" " * 17, subsequent_indent=" " * 17)
+        print(f"{name:16s} split points: {points}; default {next(iter(cuts))}{origin}\n{summary}")
 
 
 def _table(rows: list[list[str]], right: tuple[int, ...] = ()) -> list[str]:
@@ -55,6 +50,7 @@ def _table(rows: list[list[str]], right: tuple[int, ...] = ()) -> list[str]:
 
 def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
     from fedskew.catalog import dataset_info
+    from fedskew.catalog import sources as catalog_sources
     from fedskew.data import availability, sizes, sources
 
     rows = [["dataset", "source", "train", "test", "classes", "input", "prepared", "from"]]
@@ -62,7 +58,8 @@ def cmd_datasets(params: Params, args: argparse.Namespace) -> None:
         spec = params.dataset_spec(name)
         info = dataset_info(spec)
         prepared, shapes = availability.prepared(name, spec)
-        train, test = sizes.train_size(spec), _TEST_SIZES.get(spec["source"])
+        # test sizes of the fixed published splits (each source class's); digits' follows from its test_fraction
+        train, test = sizes.train_size(spec), catalog_sources()[spec["source"]].test_size
         if spec["source"] == "digits":
             test = sizes.digits_split_sizes(spec["test_fraction"])[1]
         if shapes:  # prepared: the manifest has the exact sizes
@@ -97,6 +94,7 @@ def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:
 
 def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
     from fedskew.data.partitions import SCHEME_DEFAULTS, SCHEME_PARAMS
+    from fedskew.data.partitions.registry import PLUGINS
 
     used: dict[str, dict[str, list[str]]] = {}  # partition -> suite -> datasets
     for suite, body in params.raw["suites"].items():
@@ -112,7 +110,8 @@ def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
         values = {**SCHEME_DEFAULTS[scheme], **spec}
         shown = ", ".join(f"{key}={values[key]}" + ("" if key in params.raw["partitions"][name] else " (default)")
                           for key in SCHEME_PARAMS[scheme] if key in values) or "no parameters"
-        print(f"{name:{width}s}{scheme:20s}{shown}")
+        origin = f" (scheme of plugin {PLUGINS[scheme].distribution})" if scheme in PLUGINS else ""
+        print(f"{name:{width}s}{scheme:20s}{shown}{origin}")
         uses = [f"{suite} ({', '.join(datasets)})" for suite, datasets in used.get(name, {}).items()]
         print("\n".join(_wrapped(["used by " + uses[0], *uses[1:]] if uses else ["used by no suite"], width)))
 
@@ -313,3 +312,37 @@ def cmd_suites(params: Params, args: argparse.Namespace) -> None:
             print(f"no suite of {args.params} fills a table of {paper}")
             return
     print("\n".join([*_suites_table(params, suites, with_cost), *_legend(with_cost)]))
+
+
+RUN_INDEX_COLUMNS = ("suite", "dataset", "partition", "method", "seed", "run_id")
+
+
+def run_index(params: Params, suite: str) -> str:
+    """A suite's run index as CSV: the run id of every run its tables read, by grid point, in the suite's order."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(RUN_INDEX_COLUMNS)
+    for cfg in params.suite_runs(suite):
+        writer.writerow([cfg.suite, cfg.dataset, cfg.partition, cfg.method, cfg.seed, cfg.run_id])
+    return out.getvalue()
+
+
+def cmd_runs(params: Params, args: argparse.Namespace) -> None:
+    """`runs --suite S`: the run id of every run the suite's tables read; --write puts it in its run index
+    (results/tables/runs/<suite>.csv, which Snakemake builds beside the tables)."""
+    from fedskew import paths
+    from fedskew.runfiles import atomic_write_text
+
+    if args.suite not in params.raw["suites"]:
+        raise ConfigError(f"--suite {args.suite!r} is not a suite; `python -m fedskew suites` lists them")
+    text = run_index(params, args.suite)
+    if not args.write:
+        print(text, end="")
+        return
+    path = Path(paths.RUN_INDEX.format(suite=args.suite))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    print(f"wrote {path}")

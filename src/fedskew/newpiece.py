@@ -1,10 +1,12 @@
-"""`python -m fedskew new method NAME`: a new method as a package of its own, ready to install.
+"""`python -m fedskew new method|dataset|partition NAME`: a new method, dataset source or partition scheme as a
+package of its own, ready to install.
 
-It writes a working plugin (fedskew.plugins) into a new folder: the method (FedAvg until the researcher
-changes it), its pyproject.toml with the entry point fedskew finds it by, a test, an experiment comparing it
-with FedAvg, and a README. The files come from the templates in src/fedskew/templates/<kind>/, plain text in
-which `{name}`, `{Class}` and `{distribution}` are replaced. Only methods can be plugins so far, so `method`
-is the only kind.
+It writes a working plugin (fedskew.plugins) into a new folder: the piece (a method is FedAvg, a source generates
+Gaussian blobs, a scheme draws as iid, until the researcher changes it), its pyproject.toml with the entry point
+fedskew finds it by, a test, an experiment using it (a method beside FedAvg, a scheme beside iid, a source under
+FedAvg and FedProx), and a README. The files come from the
+templates in src/fedskew/templates/<kind>/, plain text in which `{name}`, `{Class}` and `{distribution}` are
+replaced.
 
 Either every file is written or none: they are written into a temporary folder beside the target, which is
 then renamed to it, and a problem found beforehand (a bad name, a folder in the way) writes nothing.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from fedskew.config_errors import ConfigError
 
-KINDS = ("method",)
+KINDS = ("method", "dataset", "partition")
 
 # The files of a new method, relative to its folder -> the template each is made from.
 METHOD_FILES = {
@@ -34,6 +36,28 @@ METHOD_FILES = {
     "experiments/{name}.yaml": "experiment.yaml.tmpl",
     "README.md": "README.md.tmpl",
 }
+
+# The files of a new partition scheme, likewise.
+PARTITION_FILES = {
+    "pyproject.toml": "pyproject.toml.tmpl",
+    "{name}/__init__.py": "__init__.py.tmpl",
+    "{name}/scheme.py": "scheme.py.tmpl",
+    "tests/test_{name}.py": "test.py.tmpl",
+    "experiments/{name}.yaml": "experiment.yaml.tmpl",
+    "README.md": "README.md.tmpl",
+}
+
+# The files of a new dataset source, likewise.
+DATASET_FILES = {
+    "pyproject.toml": "pyproject.toml.tmpl",
+    "{name}/__init__.py": "__init__.py.tmpl",
+    "{name}/source.py": "source.py.tmpl",
+    "tests/test_{name}.py": "test.py.tmpl",
+    "experiments/{name}.yaml": "experiment.yaml.tmpl",
+    "README.md": "README.md.tmpl",
+}
+
+FILES = {"method": METHOD_FILES, "dataset": DATASET_FILES, "partition": PARTITION_FILES}
 
 # A Python package name that params.yaml can also use as an id (which must start with a letter or digit).
 NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -49,21 +73,42 @@ def placeholders(name: str) -> dict[str, str]:
     return {"{name}": name, "{Class}": class_name(name), "{distribution}": f"fedskew-{name.replace('_', '-')}"}
 
 
-def check_name(name: str) -> None:
-    """Refuse a name that cannot be both the method's id and its package's name, or that is taken."""
-    from fedskew.catalog import methods
-
+def check_name(name: str, kind: str = "method") -> None:
+    """Refuse a name that cannot be both the piece's id and its package's name, or that is taken."""
     if not NAME.fullmatch(name) or keyword.iskeyword(name):
-        raise ConfigError(f"{name!r} cannot name a method package: use lower-case letters, digits and _, starting "
+        raise ConfigError(f"{name!r} cannot name a {kind} package: use lower-case letters, digits and _, starting "
                           "with a letter, and no Python keyword (e.g. fedfocal)")
-    known = methods()
-    if name in known:
-        origin = f"a plugin of {known[name]['plugin']}" if "plugin" in known[name] else "a built-in method"
-        raise ConfigError(f"{name!r} is already {origin} (python -m fedskew methods lists them); choose another name")
+    origin = _taken(kind, name)
+    if origin:
+        raise ConfigError(f"{name!r} is already {origin}; choose another name")
     spec = importlib.util.find_spec(name)
     if spec is not None and spec.origin not in (None, "namespace"):  # a folder without __init__.py shadows nothing
         raise ConfigError(f"{name!r} is already an importable module ({spec.origin}), which the new package would "
                           "clash with; choose another name")
+
+
+def _taken(kind: str, name: str) -> str | None:
+    """What `name` already is among the pieces of `kind`, or None."""
+    if kind == "dataset":
+        from fedskew.catalog import sources
+
+        known = sources().get(name)
+        if known is None:
+            return None
+        return f"a dataset source of plugin {known.plugin}" if known.plugin else "a built-in dataset source"
+    if kind == "partition":
+        from fedskew.data.partitions.registry import BUILT_IN, PLUGINS
+
+        if name in PLUGINS:
+            return f"a partition scheme of plugin {PLUGINS[name].distribution}"
+        return "a built-in partition scheme" if name in BUILT_IN else None
+    from fedskew.catalog import methods
+
+    known = methods().get(name)
+    if known is None:
+        return None
+    origin = f"a plugin of {known['plugin']}" if "plugin" in known else "a built-in method"
+    return f"{origin} (python -m fedskew methods lists them)"
 
 
 def check_target(directory: Path) -> None:
@@ -81,7 +126,7 @@ def rendered(kind: str, name: str) -> dict[str, str]:
     templates = Path(__file__).parent / "templates" / kind
     values = placeholders(name)
     files = {}
-    for target, template in METHOD_FILES.items():
+    for target, template in FILES[kind].items():
         text = (templates / template).read_text(encoding="utf-8")
         for placeholder, value in values.items():
             text = text.replace(placeholder, value)
@@ -92,9 +137,9 @@ def rendered(kind: str, name: str) -> dict[str, str]:
 def create(kind: str, name: str, directory: Path) -> list[str]:
     """Write the new piece `name` of `kind` into `directory` (new, or empty); the paths written, relative to it."""
     if kind not in KINDS:
-        raise ConfigError(f"fedskew new {kind}: only a {' or '.join(KINDS)} can be a plugin so far; plugins for "
-                          "datasets, partitions and models are not supported yet")
-    check_name(name)
+        raise ConfigError(f"fedskew new {kind}: it writes a {' or a '.join(KINDS)} package only so far; choose "
+                          "one of those kinds")
+    check_name(name, kind)
     directory = Path(os.path.abspath(directory))  # "." and "pkg/" name their folder, and have a parent
     check_target(directory)
     files = rendered(kind, name)
@@ -130,15 +175,17 @@ def _umask() -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """The `new` command and its arguments, on the CLI's subcommands."""
-    p = sub.add_parser("new", help="write a new method as a plugin package, ready to pip install: the method (FedAvg "
-                                   "until changed), its entry point, a test, an experiment and a README")
-    p.add_argument("kind", choices=KINDS, help="what to write (only methods can be plugins so far)")
-    p.add_argument("name", help="the method's name, also its package's: lower case, e.g. fedfocal")
+    p = sub.add_parser("new", help="write a new method, dataset source or partition scheme as a plugin package, "
+                                   "ready to pip install: the piece (FedAvg, Gaussian blobs or iid's draw, until "
+                                   "changed), its entry point, a test, an experiment and a README")
+    p.add_argument("kind", choices=KINDS, help="what to write: a method, a dataset source or a partition scheme")
+    p.add_argument("name", help="the piece's name, also its package's: lower case, e.g. fedfocal")
     p.add_argument("--dir", type=Path, help="the folder to write, new or empty (default: ./NAME)")
 
 
 def cmd_new(params: object, args: argparse.Namespace) -> None:
-    """`python -m fedskew new method NAME`: write the package, then say what it holds and what comes next
+    """`python -m fedskew new method|dataset|partition NAME`: write the package, then say what it holds and what
+    comes next
     (no params.yaml is read: `params` is None)."""
     directory = args.dir if args.dir is not None else Path(args.name)
     written = create(args.kind, args.name, directory)

@@ -16,6 +16,8 @@ RUN_HISTORY = RUN_DIR + "/history.csv"
 RUN_CONFIG = RUN_DIR + "/config.yaml"
 CHECKPOINT_DIR = "results/checkpoints/{suite}/{dataset}/{partition}/{method}/seed{seed}"
 TABLE = "results/tables/{suite}.{ext}"
+# Which run each cell of a suite's tables reads: its run id by grid point (`python -m fedskew runs`).
+RUN_INDEX = "results/tables/runs/{suite}.csv"
 FIGURE_DIR = "results/figures/{suite}"
 PAPER_TABLE = "results/papers/{table}.{ext}"
 CLAIMS = "results/claims.{ext}"

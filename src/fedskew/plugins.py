@@ -86,3 +86,23 @@ def method_problem(plugin: Plugin) -> str | None:
         return (f"the class sets name = {vars(cls).get('name')!r}, but params.yaml calls it by the entry point's "
                 f"name; write name = {plugin.name!r} in the class")
     return None
+
+
+# What a dataset source class must have to be described (fedskew.declarations.describe_source); every subclass
+# of fedskew.data.datasets.base.DatasetSource that declares its input shape and classes has them.
+SOURCE_ATTRIBUTES = ("name", "input_shape", "num_classes", "natural_partition", "arrives", "options",
+                     "source_files", "materialise", "version")
+
+
+def source_problem(plugin: Plugin) -> str | None:
+    """Why a loaded `fedskew.datasets` entry point is not a dataset source fedskew can use, or None."""
+    cls = plugin.obj
+    if not isinstance(cls, type) or any(not hasattr(cls, attribute) for attribute in SOURCE_ATTRIBUTES):
+        return ("is not a dataset source class: subclass fedskew.data.datasets.base.GeneratedSource (made from its "
+                "spec) or DatasetSource, and set input_shape and num_classes")
+    if vars(cls).get("name") != plugin.name:
+        return (f"the class sets name = {vars(cls).get('name')!r}, but params.yaml calls it by the entry point's "
+                f"name; write name = {plugin.name!r} in the class")
+    if cls.arrives not in ("embedded", "download", "by hand"):
+        return f"arrives = {cls.arrives!r}; it must be 'embedded', 'download' or 'by hand'"
+    return None

@@ -78,13 +78,13 @@ def source_digest(name: str) -> str:
     tensors of its shape."""
     digest = record.Digest()
     source = dataset_source(name)
-    spec = {"source": name, **catalog.DATASET_DEFAULTS[name]}
+    spec = {"source": name, **catalog.dataset_defaults(name)}
     if isinstance(source, GeneratedSource):
         tensors = source.generate(spec)
         digest.add_state("generated", {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)})
         x_train, x_test = tensors["x_train"], tensors["x_test"]
     else:
-        shape = catalog.SOURCES[name].input_shape
+        shape = catalog.sources()[name].input_shape
         rng = np.random.default_rng(0)
         if len(shape) == 1:
             x_train, x_test = (torch.from_numpy(rng.standard_normal((n, *shape)).astype(np.float32)) for n in (6, 3))

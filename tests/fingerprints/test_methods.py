@@ -13,7 +13,7 @@ import functools
 import pytest
 import torch
 
-from fedskew.algorithms import ALGORITHMS
+from fedskew.algorithms import BUILT_IN as ALGORITHMS  # fedskew's own methods (a plugin fingerprints its own)
 from fedskew.families import Family
 from fedskew.data.registry import dataset_info
 from fedskew.engine.vectorised import vectorisation_blocker

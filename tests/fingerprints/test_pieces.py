@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from fedskew import engine, models
-from fedskew.data.datasets import dataset_sources
-from fedskew.data.partitions.registry import SCHEME_CLASSES
-from fedskew.models import MODELS
+from fedskew.data.datasets import built_in_sources
+from fedskew.data.partitions.registry import BUILT_IN as SCHEME_CLASSES
+from fedskew.models import BUILT_IN as MODELS
 from tests.fingerprints import record
 from tests.fingerprints.digests import (
     SCHEME_PARAMS,
@@ -25,6 +25,7 @@ from tests.fingerprints.digests import (
 )
 
 pytestmark = [pytest.mark.fingerprint, record.requires_portable_kernels]
+# fedskew's own pieces (a plugin's fingerprints are its package's business)
 
 
 # --- the engine ------------------------------------------------------------------------------
@@ -44,9 +45,9 @@ def test_a_model_computes_its_fingerprint(name) -> None:
 
 # --- dataset sources -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted(dataset_sources()))
+@pytest.mark.parametrize("name", sorted(built_in_sources()))
 def test_a_dataset_source_computes_its_fingerprint(name) -> None:
-    cls = dataset_sources()[name]
+    cls = built_in_sources()[name]
     record.check(f"source/{name}", cls.version, source_digest(name),
                  f"`version` of {cls.__name__} in src/{cls.__module__.replace('.', '/')}.py")
 

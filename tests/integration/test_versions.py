@@ -30,7 +30,7 @@ def test_a_raised_method_version_plans_exactly_that_methods_training(tmp_path) -
 
     fedprox = root / "src/fedskew/fl/fedprox.py"
     text = fedprox.read_text()
-    fedprox.write_text(text.replace('    hyperparameters = {"mu": 0.01}', '    hyperparameters = {"mu": 0.01}\n    version = 2'))
+    fedprox.write_text(text.replace('    name = "fedprox"\n', '    name = "fedprox"\n    version = 2\n'))
     assert fedprox.read_text() != text
     planned = run([venv_bin("snakemake"), "-n"], root)
     assert planned.returncode == 0, planned.stderr[-3000:]

@@ -1,7 +1,9 @@
-"""docs/datasets.md's "Adding a dataset", done as it says: one module plus a catalog entry, then a run trains on it.
+"""docs/datasets.md's "Adding a dataset", done as it says: one module, the catalog derived from it, then a run
+trains on it.
 
 The module is the doc's own code block, written into a folder that joins fedskew.data.datasets' search path (the
-package's own folder is left as it is); the catalog entry is the doc's, set on fedskew.catalog's two dicts.
+package's own folder is left as it is); the catalog is what `python -m fedskew catalog --write` would derive with
+it (fedskew.derived), served in place of the committed file, which is left as it is.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 import pytest
 import yaml
 
-from fedskew import catalog, cli, config, config_schema
+from fedskew import catalog, cli, config, config_schema, derived
 from fedskew.data import datasets
 from tests.helpers import REPO
 
@@ -32,33 +34,39 @@ PARAMS = {
 }
 
 
+CACHES = (datasets.built_in_sources, datasets.dataset_sources, catalog.sources, config_schema.params_schema,
+          config_schema._schema_validator)
+
+
 @pytest.fixture
 def blobs_added(tmp_path, monkeypatch):
-    """The doc's module in a folder on fedskew.data.datasets' path and its catalog entry; undone afterwards."""
-    module, entry = BLOCKS
+    """The doc's module in a folder on fedskew.data.datasets' path and the catalog derived with it; undone
+    afterwards."""
     folder = tmp_path / "added"
     folder.mkdir()
-    (folder / "blobs.py").write_text(module)
+    (folder / "blobs.py").write_text(BLOCKS[0])
     monkeypatch.setattr(datasets, "__path__", [*datasets.__path__, str(folder)])
-    caches = (datasets.dataset_sources, config_schema.params_schema, config_schema._schema_validator)
+    for cached in CACHES:
+        cached.cache_clear()
+    written = json.loads(derived.catalog_text())  # what `catalog --write` would write now
+    monkeypatch.setattr(catalog, "_written", lambda: written)
     try:
-        exec(entry, vars(catalog))  # noqa: S102 - the doc's two lines, run on the catalog's own dicts
-        for cached in caches:
-            cached.cache_clear()
         yield tmp_path
     finally:
-        catalog.DATASET_DEFAULTS.pop("blobs", None)
-        catalog.SOURCES.pop("blobs", None)
         monkeypatch.undo()
-        for cached in caches:
+        for cached in CACHES:
             cached.cache_clear()
 
 
-def test_the_doc_shows_one_module_and_one_catalog_entry():
-    assert len(BLOCKS) == 2
+def test_the_doc_shows_one_module_that_declares_its_facts():
+    assert len(BLOCKS) == 1
     assert 'name = "blobs"' in BLOCKS[0] and BLOCKS[0].startswith('"""')
-    assert BLOCKS[1].splitlines() == ['DATASET_DEFAULTS["blobs"] = {"samples": 1000, "seed": 0}',
-                                      'SOURCES["blobs"] = Source((16,), 4, False, "embedded")']
+    assert "input_shape = (16,)" in BLOCKS[0] and "num_classes = 4" in BLOCKS[0] and "options = {" in BLOCKS[0]
+    assert "python -m fedskew catalog --write" in SECTION
+
+
+def test_the_committed_catalog_does_not_know_the_doc_s_source():
+    assert "blobs" not in catalog.sources()  # the fixture derives it; the repository's file is untouched
 
 
 def test_a_dataset_added_as_one_file_and_its_catalog_entry_trains_a_run(blobs_added, monkeypatch, capsys):
@@ -77,14 +85,14 @@ def test_a_dataset_added_as_one_file_and_its_catalog_entry_trains_a_run(blobs_ad
         assert cli.main(command) in (0, None), command
 
     ready = json.loads((project / "data" / "raw" / "blobs" / "READY.json").read_text())
-    assert ready["spec"] == {"source": "blobs", "samples": 2000, "seed": 0}  # the catalog's default filled in
+    assert ready["spec"] == {"source": "blobs", "samples": 2000, "seed": 0}  # the class's default filled in
     assert ready["shapes"]["x_train"] == [2000, 16] and ready["shapes"]["x_test"] == [400, 16]
     metrics = json.loads(next(project.glob("results/runs/toy/blobs/dir0.5/fedavg/seed0/metrics.json")).read_text())
     assert metrics["status"] == "finished" and metrics["final_round"] == 3
     assert metrics["final_acc"] > 0.5  # four well-separated blobs: far above chance (0.25)
 
 
-def test_an_option_the_catalog_does_not_name_is_refused(blobs_added):
+def test_an_option_the_class_does_not_declare_is_refused(blobs_added):
     bad = {**PARAMS, "datasets": {"blobs": {"source": "blobs", "sample": 2000}}}
     with pytest.raises(config.ConfigError, match=r"datasets\.blobs: unknown key\(s\) sample; allowed: samples, seed"):
         config.load_params(bad)
@@ -93,5 +101,5 @@ def test_an_option_the_catalog_does_not_name_is_refused(blobs_added):
 def test_a_source_without_a_module_or_entry_is_named_with_the_known_ones():
     with pytest.raises(ValueError, match="unknown dataset source 'blobs'; known: adult, .*docs/datasets.md"):
         datasets.dataset_source("blobs")
-    with pytest.raises(config.ConfigError, match=r"datasets\.blobs\.source: 'blobs' is not allowed; allowed: digits"):
+    with pytest.raises(config.ConfigError, match=r"datasets\.blobs\.source: 'blobs' is not allowed; allowed: adult, "):
         config.load_params({**PARAMS})

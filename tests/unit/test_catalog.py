@@ -17,8 +17,8 @@ from fedskew.data import registry
 from fedskew.models import MODELS, NEEDS, build_model, example_info, incompatibility
 
 # One spec per source (defaults filled in), plus a synthetic one of another size.
-SPECS = [{"source": source, **defaults} for source, defaults in registry.DATASET_DEFAULTS.items()] + [
-    {"source": "synthetic", **registry.DATASET_DEFAULTS["synthetic"], "dim": 7, "classes": 3}]
+SPECS = [{"source": name, **source.defaults} for name, source in catalog.sources().items()] + [
+    {"source": "synthetic", **catalog.dataset_defaults("synthetic"), "dim": 7, "classes": 3}]
 # Inputs the models are checked on: every source's, and images too small, odd or one-channel.
 INFOS = sorted({registry.dataset_info(spec) for spec in SPECS} | {
     registry.DatasetInfo(shape, 10, True, False) for shape in [(1, 4, 4), (3, 8, 8), (3, 16, 16), (3, 28, 28),
@@ -26,15 +26,15 @@ INFOS = sorted({registry.dataset_info(spec) for spec in SPECS} | {
 
 
 def test_every_source_has_defaults_and_facts():
-    # registry re-exports the catalog's DATASET_DEFAULTS and dataset_info: one definition
-    assert registry.dataset_info is catalog.dataset_info and registry.DATASET_DEFAULTS is catalog.DATASET_DEFAULTS
-    assert list(catalog.SOURCES) == list(catalog.DATASET_DEFAULTS)
+    # registry re-exports the catalog's dataset_info: one definition
+    assert registry.dataset_info is catalog.dataset_info
+    assert all(source.defaults.keys() == source.schemas.keys() for source in catalog.sources().values())
 
 
 def test_adult_feature_count_is_the_decoder_s():
     from fedskew.data.datasets.adult import NUM_FEATURES
 
-    assert catalog.SOURCES["adult"].input_shape == (NUM_FEATURES,)
+    assert catalog.sources()["adult"].input_shape == (NUM_FEATURES,)
 
 
 def test_every_source_module_has_its_catalog_entry_and_arrives_as_it_says():
@@ -42,20 +42,21 @@ def test_every_source_module_has_its_catalog_entry_and_arrives_as_it_says():
     from fedskew.data.datasets.base import GeneratedSource
 
     found = dataset_sources()
-    assert set(found) == set(catalog.SOURCES), (f"modules without a catalog entry: {set(found) - set(catalog.SOURCES)}; "
-                                                f"catalog entries without a module: {set(catalog.SOURCES) - set(found)}")
-    for name, source in catalog.SOURCES.items():
+    assert list(found) == list(catalog.sources())
+    for name, source in catalog.sources().items():
         assert source.arrives in ("embedded", "download", "by hand"), name
         assert (source.arrives == "embedded") == issubclass(found[name], GeneratedSource), name
         # tabular sources are the vectors: load takes them as they are, and scales images
         assert found[name].tabular == (len(source.input_shape) == 1), name
 
 
-def test_model_needs_are_the_models():
-    assert list(catalog.MODEL_NEEDS) == list(MODELS)
-    for name, needs in NEEDS.items():
-        assert dataclasses.astuple(catalog.MODEL_NEEDS[name]) == dataclasses.astuple(needs), \
-            f"MODEL_NEEDS[{name!r}] = {needs!r}"
+def test_the_catalog_s_models_are_the_declared_ones():
+    """What validation reads of the models without torch (catalog.json, derived from fedskew.models.BUILT_IN) names
+    them in their order, and their needs survive the JSON record."""
+    from fedskew.models import BUILT_IN
+
+    assert list(catalog.models()) == list(MODELS) == list(BUILT_IN)
+    assert catalog.MODEL_NEEDS == NEEDS
 
 
 @pytest.mark.parametrize("name", [*MODELS, "resnet1000"])
@@ -66,13 +67,17 @@ def test_incompatibility_messages_are_the_models(name):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_split_points_are_the_models_on_every_input_they_take(name):
+def test_a_model_s_record_holds_on_every_input_it_takes(name):
+    """describe_model builds a model on a few inputs; what it records (split points, the stages they cut after, the
+    feature width) must hold on every input the model takes: each source's, and images small, odd or one-channel."""
     infos = [example_info(name), *(info for info in INFOS if incompatibility(name, info) is None)]
     for info in infos:
         with torch.device("meta"):  # the structure only: no weights
-            points = tuple(build_model(name, info).split_points)
-        assert catalog.SPLIT_POINTS[name] == points, f"SPLIT_POINTS[{name!r}] = {points!r} (input {info})"
-    assert list(catalog.SPLIT_POINTS) == list(MODELS)
+            net = build_model(name, info)
+        aliased = {point: stage for point, stage in net.split_points.items() if point != stage}
+        assert (catalog.SPLIT_POINTS[name], catalog.SPLIT_STAGES.get(name, {})) == (tuple(net.split_points), aliased), \
+            info
+        assert catalog.feature_dim(name, info) == net.head.in_features, info
 
 
 def test_the_derived_files_are_what_the_classes_declare():
@@ -101,25 +106,12 @@ def _source_files(source: str):
 def test_raw_files_and_download_hosts_are_the_fetching_modules():
     from urllib.parse import urlsplit
 
-    fetched = [name for name, source in catalog.SOURCES.items() if source.arrives == "download"]
-    assert list(catalog.RAW_FILES) == fetched and list(catalog.DOWNLOAD_HOSTS) == fetched
+    fetched = [name for name, source in catalog.sources().items() if source.arrives == "download"]
+    assert fetched and all(catalog.sources()[name].raw_files for name in fetched)
     for source in fetched:
         files = _source_files(source)
         names, host = tuple(f.filename for f in files), urlsplit(files[0].urls[0]).hostname
-        assert catalog.RAW_FILES[source] == names, f"RAW_FILES[{source!r}] = {names!r}"
-        assert catalog.DOWNLOAD_HOSTS[source] == host, f"DOWNLOAD_HOSTS[{source!r}] = {host!r}"
-
-
-def test_model_summaries_and_split_stages_are_the_models():
-    """`fedskew models` prints these without importing torch; they must say what the models say."""
-    assert list(catalog.MODEL_SUMMARIES) == list(MODELS)
-    for name, builder in MODELS.items():
-        assert catalog.MODEL_SUMMARIES[name] == catalog.model_summary(builder.__doc__), \
-            f"MODEL_SUMMARIES[{name!r}] = {catalog.model_summary(builder.__doc__)!r}"
-        with torch.device("meta"):
-            points = build_model(name, example_info(name)).split_points
-        aliased = {point: stage for point, stage in points.items() if point != stage}
-        assert catalog.SPLIT_STAGES.get(name, {}) == aliased, f"SPLIT_STAGES[{name!r}] = {aliased!r}"
+        assert catalog.sources()[source].raw_files == names and catalog.sources()[source].host == host, source
 
 
 def test_a_summary_is_the_whole_first_paragraph():
@@ -146,7 +138,7 @@ def test_the_versions_run_ids_read_from_the_source_are_the_pieces():
         # a version is a class's own: one its parent sets does not reach it
         assert all(cls.version == vars(cls).get("version", 1) for cls in classes.values()), kind
     assert discovery.module_constant("fedskew.models", "VERSIONS") == models.VERSIONS
-    assert set(models.VERSIONS) == set(MODELS)
+    assert set(models.VERSIONS) == set(models.BUILT_IN)
     assert discovery.module_constant("fedskew.engine", "VERSION") == engine.VERSION
 
 

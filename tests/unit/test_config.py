@@ -304,12 +304,15 @@ def test_cli_models_lists_split_points_and_defaults(capsys):
 
 def test_schema_knows_exactly_the_registered_models_and_dataset_sources():
     from fedskew.config_schema import params_schema
-    from fedskew.data.registry import DATASET_DEFAULTS
+    from fedskew.data.datasets import dataset_sources
     from fedskew.models import MODELS
 
     schema = params_schema()["$defs"]
     assert set(schema["training_fields"]["properties"]["model"]["enum"]) == set(MODELS)
-    assert set(schema["dataset"]["properties"]["source"]["enum"]) == set(DATASET_DEFAULTS)
+    assert schema["dataset"]["properties"]["source"]["enum"] == list(dataset_sources())
+    for clause in schema["dataset"]["allOf"]:
+        source = dataset_sources()[clause["if"]["properties"]["source"]["const"]]
+        assert set(clause["then"]["properties"]) == {"source", *source.options}
 
 
 def test_a_non_finite_value_is_reported_once_beside_the_other_problems():
@@ -353,33 +356,15 @@ def _walk_schema(node, path=""):
 
 
 def test_every_integer_in_the_schema_has_a_maximum():
-    from fedskew.config_schema import SCHEMA_PATH
+    from fedskew.config_schema import params_schema
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    schema = params_schema()  # the file with the clauses derived from the classes (methods, sources, schemes)
     unbounded = []
     for path, node in _walk_schema(schema):
         types = node.get("type")
         if "integer" in (types if isinstance(types, list) else [types]) and "maximum" not in node:
             unbounded.append(path)
     assert not unbounded, f"integers without a maximum: {unbounded}"
-
-
-def test_feature_dims_are_the_models():
-    """FL-FCR's resampling bound reads the models' feature widths from fedskew.catalog, without torch."""
-    import torch
-
-    from fedskew import catalog
-    from fedskew.models import MODELS, build_model, example_info, incompatibility
-
-    assert list(catalog.FEATURE_DIMS) == list(MODELS)
-    infos = [catalog.dataset_info({"source": source, **defaults})
-             for source, defaults in catalog.DATASET_DEFAULTS.items()]
-    for name in MODELS:
-        for info in [example_info(name), *infos]:
-            if incompatibility(name, info) is None:
-                with torch.device("meta"):
-                    width = build_model(name, info).head.in_features
-                assert catalog.feature_dim(name, info) == width, f"FEATURE_DIMS[{name!r}] on {info}: {width}"
 
 
 def _tiny_run():

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import fake_datasets as fakes  # noqa: E402
 from fake_archives import LoopbackServer  # noqa: E402
 
+from fedskew import catalog  # noqa: E402
 from fedskew.data import registry  # noqa: E402
 from fedskew.data.datasets import adult, cinic10, femnist, imagenet_subset, tinyimagenet  # noqa: E402
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, Reach  # noqa: E402
@@ -444,7 +445,7 @@ def test_imagenet_subset_resizes_crops_and_caches(tmp_path, monkeypatch):
 def test_registry_prepares_and_loads_cinic10(cinic_fake, server, monkeypatch, tmp_path):
     data, expected = cinic_fake
     serve_cinic(server, monkeypatch, data)
-    spec = {**registry.DATASET_DEFAULTS["cinic10"], "source": "cinic10"}
+    spec = {**catalog.dataset_defaults("cinic10"), "source": "cinic10"}
     ready = registry.prepare("cinic", spec, tmp_path)
     manifest = json.loads(ready.read_text())
     assert ready == tmp_path / "data" / "raw" / "cinic" / "READY.json"
@@ -473,7 +474,7 @@ def test_registry_adult_features_are_not_renormalised(server, monkeypatch, tmp_p
 
 def test_registry_femnist_gives_natural_groups(tmp_path):
     leaf = fakes.write_fake_leaf(tmp_path / "data" / "raw" / "femnist")
-    spec = {**registry.DATASET_DEFAULTS["femnist"], "source": "femnist", "writers": 4}
+    spec = {**catalog.dataset_defaults("femnist"), "source": "femnist", "writers": 4}
     ready = registry.prepare("femnist4", spec, tmp_path, reach=Reach.LOCAL)
     assert json.loads(ready.read_text())["tensors"] == "data/raw/femnist/writers4-seed0/tensors.pt"
     loaded = registry.load("femnist4", spec, tmp_path)
@@ -502,9 +503,9 @@ def test_dataset_info_and_defaults_of_the_new_sources():
         "imagenet_subset": registry.DatasetInfo((3, 64, 64), 12, True, False),
     }
     for source, info in expected.items():
-        assert registry.dataset_info({**registry.DATASET_DEFAULTS[source], "source": source}) == info
-    assert registry.DATASET_DEFAULTS["femnist"] == {"writers": 100, "seed": 0}
-    assert registry.DATASET_DEFAULTS["imagenet_subset"] == {"imagenet_dir": None}
+        assert registry.dataset_info({**catalog.dataset_defaults(source), "source": source}) == info
+    assert catalog.dataset_defaults("femnist") == {"writers": 100, "seed": 0}
+    assert catalog.dataset_defaults("imagenet_subset") == {"imagenet_dir": None}
 
 
 def test_schema_accepts_the_new_sources_and_their_options():

@@ -164,3 +164,175 @@ def test_class_names_and_the_packaged_templates() -> None:
     assert sorted(p.name for p in templates.iterdir()) == sorted(newpiece.METHOD_FILES.values())
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "templates/**/*" in pyproject["tool"]["setuptools"]["package-data"]["fedskew"]
+
+
+# --- `python -m fedskew new partition NAME` ---------------------------------------------------------------------
+
+SCHEME = "skew_unit"  # no module of that name exists either
+SCHEME_FILES = ["pyproject.toml", f"{SCHEME}/__init__.py", f"{SCHEME}/scheme.py", f"tests/test_{SCHEME}.py",
+                f"experiments/{SCHEME}.yaml", "README.md"]
+
+
+@pytest.fixture
+def scheme_package(tmp_path):
+    """A new partition scheme package written into tmp_path/pkg; its modules leave sys.modules with the test."""
+    target = tmp_path / "pkg"
+    written = newpiece.create("partition", SCHEME, target)
+    yield target, written
+    for module in [m for m in sys.modules if SCHEME in m]:
+        del sys.modules[module]
+
+
+def test_a_scheme_package_has_every_file_and_its_scheme_is_declared_as_its_entry_point(scheme_package) -> None:
+    from fedskew.data.partitions import Scheme
+    from fedskew.data.partitions.registry import scheme_problem
+
+    target, written = scheme_package
+    assert written == SCHEME_FILES
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == sorted(SCHEME_FILES)
+    for path in target.rglob("*"):
+        assert not path.is_file() or "{name}" not in path.read_text() and "{Class}" not in path.read_text()
+    cls = _load(target / SCHEME / "scheme.py", f"{SCHEME}_by_path").SkewUnit
+    assert issubclass(cls, Scheme) and cls.name == SCHEME and scheme_problem(cls, SCHEME) is None
+    assert list(cls.parameters) == ["clients"] and cls.defaults == {} and cls.version == 1
+    pyproject = tomllib.loads((target / "pyproject.toml").read_text())
+    assert pyproject["project"]["name"] == "fedskew-skew-unit"
+    assert pyproject["project"]["entry-points"]["fedskew.partitions"] == {SCHEME: f"{SCHEME}.scheme:SkewUnit"}
+    assert pyproject["tool"]["setuptools"]["packages"] == [SCHEME]
+
+
+def test_a_scheme_packages_own_tests_pass_drawing_as_iid(scheme_package, monkeypatch) -> None:
+    target, _ = scheme_package
+    monkeypatch.syspath_prepend(str(target))
+    test = _load(target / "tests" / f"test_{SCHEME}.py", f"test_{SCHEME}")
+    tests = [getattr(test, name) for name in dir(test) if name.startswith("test_")]
+    assert len(tests) == 4
+    for case in tests:
+        case()
+
+
+def test_a_scheme_packages_experiment_defines_its_partition_beside_iid(scheme_package) -> None:
+    target, _ = scheme_package
+    experiment = yaml.safe_load((target / "experiments" / f"{SCHEME}.yaml").read_text())
+    assert experiment["partitions"] == {SCHEME: {"scheme": SCHEME, "clients": 10}}
+    suite = experiment["suites"][SCHEME]
+    assert suite["methods"] == ["fedavg"]
+    assert suite["settings"] == [{"dataset": "digits", "partitions": ["iid", SCHEME]}]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert "digits" in params["datasets"] and params["partitions"]["iid"] == {"scheme": "iid", "clients": 10}
+    training = experiment["training"][SCHEME]
+    assert training["inherit"] in params["training"] and training["checkpoint_every"] <= training["rounds"] <= 5
+
+
+def test_an_installed_scheme_package_validates_with_its_experiment(scheme_package, tmp_path) -> None:
+    """Installed as pip installs it (into a folder of its own), its experiment validates over params.yaml."""
+    import os
+    import shutil
+    import subprocess
+
+    target, _ = scheme_package
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target",
+                           str(tmp_path / "site"), str(target)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = tmp_path / "project"
+    (root / "experiments").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    shutil.copy(target / "experiments" / f"{SCHEME}.yaml", root / "experiments")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path / "site")])}
+    for command, says in (("validate", "and 1 experiment file(s) valid"),
+                          ("partitions", f"{SCHEME:16s}{SCHEME:20s}clients=10 (scheme of plugin fedskew-skew-unit)")):
+        done = subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0 and says in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name, says", [
+    ("dirichlet", "already a built-in partition scheme"), ("Skew", "cannot name a partition package"),
+])
+def test_a_scheme_name_taken_or_malformed_is_refused_and_nothing_is_written(tmp_path, name, says) -> None:
+    with pytest.raises(ConfigError, match=says):
+        newpiece.create("partition", name, tmp_path / "pkg")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_writes_a_scheme_package_and_its_templates_are_packaged(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "partition", SCHEME]) == 0
+    assert f"wrote {SCHEME}/" in capsys.readouterr().out
+    assert sorted(p.relative_to(tmp_path / SCHEME).as_posix() for p in (tmp_path / SCHEME).rglob("*")
+                  if p.is_file()) == sorted(SCHEME_FILES)
+    templates = REPO / "src/fedskew/templates/partition"
+    assert sorted(p.name for p in templates.iterdir()) == sorted(newpiece.PARTITION_FILES.values())
+    with pytest.raises(ConfigError, match="it writes a method or a dataset or a partition package only"):
+        newpiece.create("model", "mine", tmp_path / "other")
+
+
+# --- `python -m fedskew new dataset NAME` -----------------------------------------------------------------------
+
+SOURCE = "blobs_unit"  # no module of that name exists either
+SOURCE_FILES = ["pyproject.toml", f"{SOURCE}/__init__.py", f"{SOURCE}/source.py", f"tests/test_{SOURCE}.py",
+                f"experiments/{SOURCE}.yaml", "README.md"]
+
+
+@pytest.fixture
+def source_package(tmp_path):
+    """A new dataset source package written into tmp_path/pkg; its modules leave sys.modules with the test."""
+    target = tmp_path / "pkg"
+    written = newpiece.create("dataset", SOURCE, target)
+    yield target, written
+    for module in [m for m in sys.modules if SOURCE in m]:
+        del sys.modules[module]
+
+
+def test_a_source_package_has_every_file_and_its_source_is_declared_as_its_entry_point(source_package) -> None:
+    from fedskew import plugins
+    from fedskew.data.datasets.base import GeneratedSource
+
+    target, written = source_package
+    assert written == SOURCE_FILES
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()) == sorted(SOURCE_FILES)
+    cls = _load(target / SOURCE / "source.py", f"{SOURCE}_by_path").BlobsUnit
+    assert issubclass(cls, GeneratedSource) and cls.name == SOURCE
+    plugin = plugins.Plugin("dataset", SOURCE, f"{SOURCE}.source:BlobsUnit", "fedskew-blobs-unit", cls)
+    assert plugins.source_problem(plugin) is None and cls.defaults() == {"samples": 1000, "seed": 0}
+    pyproject = tomllib.loads((target / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["fedskew.datasets"] == {SOURCE: f"{SOURCE}.source:BlobsUnit"}
+
+
+def test_a_source_packages_own_tests_pass(source_package, monkeypatch) -> None:
+    target, _ = source_package
+    monkeypatch.syspath_prepend(str(target))
+    test = _load(target / "tests" / f"test_{SOURCE}.py", f"test_{SOURCE}")
+    tests = [getattr(test, name) for name in dir(test) if name.startswith("test_")]
+    assert len(tests) == 3
+    for case in tests:
+        case()
+
+
+def test_an_installed_source_package_validates_with_its_experiment(source_package, tmp_path) -> None:
+    """Installed as pip installs it (into a folder of its own), its experiment validates over params.yaml."""
+    import os
+    import shutil
+    import subprocess
+
+    target, _ = source_package
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target",
+                           str(tmp_path / "site"), str(target)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = tmp_path / "project"
+    (root / "experiments").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    shutil.copy(target / "experiments" / f"{SOURCE}.yaml", root / "experiments")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path / "site")])}
+    for command, says in (("validate", "and 1 experiment file(s) valid"), ("datasets", f"{SOURCE}")):
+        done = subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0 and says in done.stdout, done.stderr[-3000:]
+
+
+def test_a_source_name_taken_is_refused_and_nothing_is_written(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="already a built-in dataset source"):
+        newpiece.create("dataset", "mnist", tmp_path / "pkg")
+    assert list(tmp_path.iterdir()) == []

@@ -63,21 +63,24 @@ def test_registry_consistent() -> None:
     assert set(SCHEMES) == set(SCHEME_PARAMS) == set(CONFIGS)
 
 
-def test_schema_knows_exactly_the_registered_schemes_and_their_parameters() -> None:
-    import yaml
+def test_the_schema_takes_the_schemes_and_their_parameters_from_the_classes() -> None:
+    import re
 
-    from fedskew.config_schema import SCHEMA_PATH
+    from fedskew.config_schema import SCHEMA_PATH, params_schema
 
-    partition = yaml.safe_load(SCHEMA_PATH.read_text())["$defs"]["partition"]
-    assert set(partition["properties"]["scheme"]["enum"]) == set(SCHEMES)
-    declared, required = {}, {}  # scheme -> the parameters the schema allows / requires
-    for branch in partition["allOf"]:
-        condition, then = branch["if"]["properties"]["scheme"], branch["then"]
-        for scheme in condition.get("enum", [condition.get("const")]):
-            declared[scheme] = set(then["properties"]) - {"scheme"}
-            required[scheme] = set(then.get("required", []))
-    assert declared == {scheme: set(spec) for scheme, spec in SCHEME_PARAMS.items()}
-    assert required == {scheme: set(spec) - set(SCHEME_DEFAULTS[scheme]) for scheme, spec in SCHEME_PARAMS.items()}
+    text = SCHEMA_PATH.read_text()
+    assert [s for s in SCHEMES if re.search(rf"\b{s}\b", text)] == []  # the file names no scheme
+    partition = params_schema()["$defs"]["partition"]
+    assert partition["properties"]["scheme"]["enum"] == list(SCHEMES)
+    clauses = {branch["if"]["properties"]["scheme"]["const"]: branch["then"] for branch in partition["allOf"]}
+    assert {scheme: set(then["properties"]) - {"scheme"} for scheme, then in clauses.items()} == \
+        {scheme: set(spec) for scheme, spec in SCHEME_PARAMS.items()}
+    assert {scheme: set(then.get("required", [])) for scheme, then in clauses.items()} == \
+        {scheme: set(spec) - set(SCHEME_DEFAULTS[scheme]) for scheme, spec in SCHEME_PARAMS.items()}
+    dirichlet = clauses["dirichlet"]["properties"]
+    assert dirichlet["beta"] == {"type": "number", "exclusiveMinimum": 0}
+    assert dirichlet["min_size"] == {"$ref": "#/$defs/sample_count"}
+    assert dirichlet["max_redraws"] == {"type": "integer", "minimum": 1, "maximum": 100000}
 
 
 @pytest.mark.parametrize("labels", [VARIED, IMBALANCED], ids=["varied", "imbalanced"])
@@ -457,17 +460,20 @@ def test_synthetic_sizes_are_those_of_the_generated_data() -> None:
 
 
 def test_fixed_sizes_agree_with_the_cost_table_and_the_class_counts() -> None:
+    from fedskew import catalog
     from fedskew.data import sizes
-    from fedskew.data.registry import DATASET_DEFAULTS, dataset_info
-    from fedskew.reproduce.cost import SIZES
+    from fedskew.data.registry import dataset_info
+    from fedskew.reproduce.cost import dataset_sizes
 
-    for source in [*sizes.FIXED_CLASS_COUNTS, *sizes.FIXED_TRAIN_SIZES]:
-        spec = {"source": source, **DATASET_DEFAULTS[source]}
-        assert sizes.train_size(spec) == SIZES[source][0], source
+    fixed = [name for name, source in catalog.sources().items() if source.train_size is not None]
+    assert fixed == ["adult", "cifar10", "cifar100", "cinic10", "fashionmnist", "mnist", "svhn", "tinyimagenet"]
+    for source in fixed:
+        spec = {"source": source, **catalog.dataset_defaults(source)}
+        assert sizes.train_size(spec) == dataset_sizes(spec)[0], source
         counts = sizes.class_counts(spec)
         assert counts is None or len(counts) == dataset_info(spec).num_classes, source
     for source in ("femnist", "imagenet_subset"):  # depend on a writer draw / a local copy: unknown
-        assert sizes.train_size({"source": source, **DATASET_DEFAULTS[source]}) is None
+        assert sizes.train_size({"source": source, **catalog.dataset_defaults(source)}) is None
 
 
 # ---------------------------------------------------------------- figure

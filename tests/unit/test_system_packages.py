@@ -65,7 +65,7 @@ def test_where_it_cannot_install_it_says_what_to_run_and_succeeds(how, why):
 
 
 def test_where_the_package_is_installed_it_does_nothing():
-    if not all((PACKAGE.folder / name).is_file() for name in catalog.RAW_FILES["fashionmnist"]):
+    if not all((PACKAGE.folder / name).is_file() for name in catalog.sources()["fashionmnist"].raw_files):
         pytest.skip(f"{PACKAGE.name} is not installed")
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": "/nonexistent"}, executable=shutil.which("bash"))

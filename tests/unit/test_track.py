@@ -153,6 +153,25 @@ def test_log_run_records_params_tags_metrics_artifacts(tmp_path: Path, monkeypat
     assert tracking.count_runs(f"sqlite:///{tmp_path}/mlflow.db", "no-such-experiment") == 0
 
 
+def test_a_run_replaced_under_a_new_run_id_stays_and_says_what_replaced_it(tmp_path: Path, monkeypatch,
+                                                                          migrated_store: Path) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    shutil.copy(migrated_store, tmp_path / "mlflow.db")
+
+    def logged(key: str, name: str = "digits/dir0.1/fedprox/seed0") -> str:
+        return tracking.log_run(project_root=tmp_path, experiment="fedskew/s", run_name=name, params={"mu": key},
+                                history=make_history(2), tags={tracking.runs.RUN_KEY_TAG: key}, artifacts=[])
+
+    old, other = logged("aaaa"), logged("cccc", name="digits/dir0.1/fedavg/seed0")
+    new = logged("bbbb")  # mu changed: a new run id for the same grid point
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    assert client.get_run(old).data.tags[tracking.runs.REPLACED_TAG] == "bbbb"
+    assert client.get_run(old).data.params == {"mu": "aaaa"}  # kept as it was, findable by its own id
+    assert tracking.runs.REPLACED_TAG not in client.get_run(new).data.tags
+    assert tracking.runs.REPLACED_TAG not in client.get_run(other).data.tags  # another grid point
+    assert logged("bbbb") == new  # the same run id again continues its run and replaces nothing
+
+
 def test_log_run_failed_status_and_env_uri_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     migrated_store: Path) -> None:
     other = tmp_path / "elsewhere" / "tracking.db"

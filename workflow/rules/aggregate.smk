@@ -72,3 +72,16 @@ rule aggregate:
         runtime=30,
     shell:
         "{PY} -m fedskew aggregate --suite {wildcards.suite} 2> {log}"
+
+
+# Which run each cell of a suite's tables reads: the run id of every grid point, from params.yaml alone (no run is
+# read), so that a table names the runs behind it and a changed setting shows as changed ids.
+rule run_index:
+    output:
+        paths.RUN_INDEX,
+    params:
+        ids=lambda w: [cfg.run_id for cfg in suite_runs(w.suite)],  # new ids rewrite the index
+    log:
+        "logs/run_index/{suite}.log",
+    shell:
+        "{PY} -m fedskew runs --suite {wildcards.suite} --write 2> {log}"

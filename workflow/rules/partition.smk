@@ -1,12 +1,12 @@
 # A seeded partition: client -> sample indices, label counts, content hash, heatmap (in the report).
-from fedskew import discovery
+from fedskew.config import run_versions
 
 
 def partition_spec(partition):
-    """The partition's spec, with its scheme's numerics version where it is not 1 (its class's `version`): a
-    scheme raised past 1 redraws its partitions; at 1 the params are what they always were."""
+    """The partition's spec, with its scheme's numerics version where it is not 1 (its class's `version`, a
+    plugin's too): a scheme raised past 1 redraws its partitions; at 1 the params are what they always were."""
     spec = P.partition_spec(partition)
-    version = discovery.declared_versions("scheme").get(spec["scheme"], 1)
+    version = run_versions(None, None, None, spec["scheme"]).get("scheme", 1)
     return spec if version == 1 else {**spec, "scheme_version": version}
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from fedskew import paths
-from fedskew.catalog import DOWNLOAD_HOSTS, RAW_FILES, SOURCES
+from fedskew.catalog import sources as catalog_sources
 from fedskew.data import sources
 from fedskew.data.packages import files_of
 
@@ -37,13 +37,14 @@ def raw_files_from(source: str) -> str:
     local = sources.local_folders(source)
     package = sources.REGISTRY_PACKAGES.get(source)
     origins = []
-    for filename in RAW_FILES[source]:
+    host = catalog_sources()[source].host
+    for filename in catalog_sources()[source].raw_files:
         if (raw / filename).is_file():
             where = str(raw)
         else:
-            download = f"download ({DOWNLOAD_HOSTS[source]})"
+            download = f"download ({host})"
             if package is not None and filename in files_of(package):
-                download = f"download ({package.describe()}, else {DOWNLOAD_HOSTS[source]})"
+                download = f"download ({package.describe()}, else {host})"
             where = next((folder.describe() for folder in local if (folder.path / filename).is_file()), download)
         if where not in origins:
             origins.append(where)
@@ -53,11 +54,11 @@ def raw_files_from(source: str) -> str:
 def available_from(dataset: str, spec: dict, prepared: str) -> str:
     """Whether `dataset` is available and where it would come from (see fedskew.listings.cmd_datasets' legend)."""
     source = spec["source"]
-    if SOURCES[source].arrives == "embedded":
+    if catalog_sources()[source].arrives == "embedded":
         return "embedded"
     if prepared == "yes":
         return f"prepared ({paths.RAW_DIR.format(dataset=dataset)})"
-    if source in RAW_FILES:
+    if catalog_sources()[source].raw_files:
         return raw_files_from(source)
     if source == "femnist":
         folder = Path(paths.RAW_DIR.format(dataset=source))

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# The torch-free facts about each source (defaults, shapes, classes) live in fedskew.catalog, which
-# validation reads without importing torch; they are re-exported here for the code that loads data.
+# The torch-free facts about each source (defaults, shapes, classes), which validation reads without importing
+# torch, are fedskew.catalog's; dataset_info is re-exported here for the code that loads data.
 from fedskew import paths
-from fedskew.catalog import DATASET_DEFAULTS, DatasetInfo, dataset_info  # noqa: F401
+from fedskew.catalog import DatasetInfo, dataset_info  # noqa: F401
 from fedskew.data.datasets import dataset_source, dataset_sources
 from fedskew.data.fetch import DatasetCorruptError, DatasetUnavailableError, Reach
 from fedskew.data.files import file_sha256, read_json, remove_stale_temporaries, write_json_atomic

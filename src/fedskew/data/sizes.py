@@ -8,7 +8,7 @@ there, not in the partition job). These are the numbers it needs, and every one 
   importing scikit-learn (1.4 s) or generating features (tests compare them with the real
   thing);
 * the downloaded sources are the fixed sizes of the published training splits as fedskew
-  decodes them.
+  decodes them, which each source's class declares (`train_class_counts`, `train_size`; fedskew.catalog).
 
 Where the size depends on something not visible here (FEMNIST's writer draw, a local
 ImageNet copy), the answer is None and the partition job checks it on the real labels.
@@ -21,23 +21,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from fedskew import catalog
+
 # scikit-learn's 8x8 digits: 1797 images, per class 0..9.
 DIGITS_CLASS_COUNTS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
 
-# Training samples per class of fixed training splits (index = label).
-FIXED_CLASS_COUNTS: dict[str, tuple[int, ...]] = {
-    "mnist": (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949),  # 60,000
-    "fashionmnist": (6000,) * 10,
-    "cifar10": (5000,) * 10,
-    "cifar100": (500,) * 100,
-    "cinic10": (9000,) * 10,  # the `train` split only (fedskew.data.datasets.cinic10)
-    "tinyimagenet": (500,) * 200,  # the `train` split (fedskew.data.datasets.tinyimagenet)
-}
-# Fixed training-set sizes whose per-class counts are not recorded here.
-FIXED_TRAIN_SIZES: dict[str, int] = {
-    "svhn": 73257,  # the `train` split, without `extra`
-    "adult": 30162,  # adult.data's 32,561 rows less those with a missing value (fedskew.data.datasets.adult)
-}
 
 
 def digits_split_sizes(test_fraction: float) -> tuple[int, int]:
@@ -94,9 +82,7 @@ def train_size(spec: dict) -> int | None:
         return digits_split_sizes(spec["test_fraction"])[0]
     if source == "synthetic":
         return int(_synthetic_client_sizes(spec).sum())
-    if source in FIXED_CLASS_COUNTS:
-        return sum(FIXED_CLASS_COUNTS[source])
-    return FIXED_TRAIN_SIZES.get(source)
+    return catalog.sources()[source].train_size
 
 
 def class_counts(spec: dict) -> np.ndarray | None:
@@ -107,7 +93,6 @@ def class_counts(spec: dict) -> np.ndarray | None:
     if source == "synthetic":
         return _synthetic_class_counts(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"],
                                        spec["seed"]).copy()
-    if source in FIXED_CLASS_COUNTS:
-        return np.array(FIXED_CLASS_COUNTS[source], dtype=np.int64)
-    return None
+    counts = catalog.sources()[source].train_class_counts
+    return None if counts is None else np.array(counts, dtype=np.int64)
 

@@ -6,17 +6,25 @@ Methods that use features (MOON, FedDecorr, FL-FCR, FedNTD) call `model.body` an
 
 The small generic nets and SCALA's AlexNet are here; the papers' other models live in
 `paper_nets` (FedLC's CNNs, FedED's DNN, FL-FCR's MLP and CNN), `resnet` (ResNet-18/32)
-and `mobilenet` (MobileNetV2). `NEEDS` says what each model needs of its inputs, and
-`incompatibility` turns that into a message naming the model, its need and the dataset's shape.
+and `mobilenet` (MobileNetV2). Each is declared in BUILT_IN as a `Model`: its builder and what it
+needs of its inputs (`InputNeeds`), whose `problem` turns that into a message naming the model,
+its need and the dataset's shape. An installed package adds a model by an entry point of group
+`fedskew.models` that names a `Model` of its own (docs/configuration.md, **Models**); MODELS
+and NEEDS hold those too. What validation and `fedskew models` know of each model (split points,
+feature width, summary) is derived from these declarations (fedskew.catalog.describe_model), never
+written by hand.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import cache
 from math import prod
 
 from torch import nn
 
+from fedskew import catalog, plugins
+from fedskew.catalog import Model
 from fedskew.data.registry import DatasetInfo
 from fedskew.models.dropout import Dropout
 from fedskew.models.mobilenet import mobilenetv2
@@ -34,8 +42,8 @@ from fedskew.models.resnet import resnet18, resnet32
 from fedskew.numerics import cpu_pin
 from fedskew.numerics.gemm import portable_layers
 
-__all__ = ["MODELS", "NEEDS", "VERSIONS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "SplittableNet",
-           "build_model", "example_info", "incompatibility"]
+__all__ = ["BUILT_IN", "MODELS", "NEEDS", "VERSIONS", "IMAGE_ONLY", "MIN_IMAGE_SIDE", "InputNeeds", "Model",
+           "SplittableNet", "build_model", "declared", "example_info", "incompatibility"]
 
 
 def logreg(info: DatasetInfo) -> SplittableNet:
@@ -114,65 +122,77 @@ def alexnet(info: DatasetInfo, hidden: int = 4096) -> SplittableNet:
     return SplittableNet(stages, hidden, info.num_classes, split_points)
 
 
-MODELS = {
-    "logreg": logreg, "mlp": mlp, "cnn": cnn, "alexnet": alexnet,
-    "fedlc_cnn_mnist": fedlc_cnn_mnist, "fedlc_cnn_cifar": fedlc_cnn_cifar,
-    "resnet18": resnet18, "resnet32": resnet32, "mobilenetv2": mobilenetv2,
-    "fed_dnn": fed_dnn, "flfcr_mlp": flfcr_mlp, "flfcr_cnn": flfcr_cnn,
-}
-
+_POOLS = "its three 2×2 pools must leave a pixel"
 _BN_MIN = "BatchNorm must see at least 2×2 maps after the net's {}× downsampling to train on a batch of one"
-# What each model needs of its inputs. The flattening models take anything (vectors, or
-# images of any shape); the others are checked here, and `incompatibility` reports why not.
-NEEDS: dict[str, InputNeeds] = {
-    "logreg": InputNeeds(),
-    "mlp": InputNeeds(),
-    "fed_dnn": InputNeeds(),
-    "flfcr_mlp": InputNeeds(),
-    "cnn": InputNeeds(image=True, min_side=2, why="its 2×2 pool must leave a pixel"),
-    "alexnet": InputNeeds(image=True, min_side=8, why="its three 2×2 pools must leave a pixel"),
-    "flfcr_cnn": InputNeeds(image=True, min_side=8, why="its three 2×2 pools must leave a pixel"),
-    "fedlc_cnn_mnist": InputNeeds(image=True, shapes=(FEDLC_MNIST_SHAPE,),
-                                  why="FedLC Table 8: conv1 takes 1 channel and fc1 320 = 20·4·4 features, "
-                                      "which only 28×28 gives"),
-    "fedlc_cnn_cifar": InputNeeds(image=True, shapes=(FEDLC_CIFAR_SHAPE,),
-                                  why="FedLC Table 9: conv1 takes 3 channels and fc1 2048 = 128·4·4 features, "
-                                      "which only 32×32 gives"),
-    "resnet18": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
-    "resnet32": InputNeeds(image=True, min_side=8, why=_BN_MIN.format(4)),
-    "mobilenetv2": InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8)),
+# The built-in models, in the order `fedskew models` lists them, each with what it needs of its inputs: the
+# flattening models take anything (vectors, or images of any shape), the others are checked.
+BUILT_IN: dict[str, Model] = {
+    "logreg": Model(logreg),
+    "mlp": Model(mlp),
+    "cnn": Model(cnn, InputNeeds(image=True, min_side=2, why="its 2×2 pool must leave a pixel")),
+    "alexnet": Model(alexnet, InputNeeds(image=True, min_side=8, why=_POOLS)),
+    "fedlc_cnn_mnist": Model(fedlc_cnn_mnist, InputNeeds(
+        image=True, shapes=(FEDLC_MNIST_SHAPE,),
+        why="FedLC Table 8: conv1 takes 1 channel and fc1 320 = 20·4·4 features, which only 28×28 gives")),
+    "fedlc_cnn_cifar": Model(fedlc_cnn_cifar, InputNeeds(
+        image=True, shapes=(FEDLC_CIFAR_SHAPE,),
+        why="FedLC Table 9: conv1 takes 3 channels and fc1 2048 = 128·4·4 features, which only 32×32 gives")),
+    "resnet18": Model(resnet18, InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8))),
+    "resnet32": Model(resnet32, InputNeeds(image=True, min_side=8, why=_BN_MIN.format(4))),
+    "mobilenetv2": Model(mobilenetv2, InputNeeds(image=True, min_side=16, why=_BN_MIN.format(8))),
+    "fed_dnn": Model(fed_dnn),
+    "flfcr_mlp": Model(flfcr_mlp),
+    "flfcr_cnn": Model(flfcr_cnn, InputNeeds(image=True, min_side=8, why=_POOLS)),
 }
-assert set(NEEDS) == set(MODELS)
-# Each model's numerics version (its layers, their initialisation, its forward pass): raised when a change moves
-# the bits it computes (tests/fingerprints/), which gives its runs new ids. A literal: run ids read it from this
-# file without importing it (fedskew.discovery.module_constant).
+# Each built-in model's numerics version (its layers, their initialisation, its forward pass): raised when a change
+# moves the bits it computes (tests/fingerprints/), which gives its runs new ids. A literal: run ids read it from
+# this file without importing it (fedskew.discovery.module_constant). A plugin's is its declaration's `version`.
 VERSIONS: dict[str, int] = {
     "logreg": 1, "mlp": 1, "cnn": 1, "alexnet": 1, "fedlc_cnn_mnist": 1, "fedlc_cnn_cifar": 1, "resnet18": 1,
     "resnet32": 1, "mobilenetv2": 1, "fed_dnn": 1, "flfcr_mlp": 1, "flfcr_cnn": 1,
 }
-assert set(VERSIONS) == set(MODELS)
-IMAGE_ONLY = {name for name, needs in NEEDS.items() if needs.image}
-# The smallest image side each image model can take (a fixed-shape model: its own side).
-MIN_IMAGE_SIDE = {name: max([needs.min_side, *(min(shape[1:]) for shape in needs.shapes)])
-                  for name, needs in NEEDS.items() if needs.image}
+assert set(VERSIONS) == set(BUILT_IN) and all(model.version == 1 for model in BUILT_IN.values()), \
+    "a built-in model's version is its entry in VERSIONS, not its declaration's"
+
+
+@cache
+def declared() -> dict[str, Model]:
+    """Every model's declaration by name: the built-in ones, then the installed plugins' (entry points of group
+    fedskew.models, checked and described by fedskew.catalog.models)."""
+    loaded = plugins.loaded("model")
+    return {**BUILT_IN, **{name: loaded[name].obj for name, record in catalog.models().items() if "plugin" in record}}
+
+
+# The tables of every model, plugins' included, made from declared() when first read (module __getattr__), not
+# on import: a plugin's module imports this package, so loading the plugins here would import it half-made.
+_TABLES = {
+    "MODELS": lambda: {name: model.build for name, model in declared().items()},  # name -> builder
+    "NEEDS": lambda: {name: model.needs for name, model in declared().items()},
+    "IMAGE_ONLY": lambda: {name for name, model in declared().items() if model.needs.image},
+    # the smallest image side each image model can take (a fixed-shape model: its own side)
+    "MIN_IMAGE_SIDE": lambda: {name: max([model.needs.min_side, *(min(shape[1:]) for shape in model.needs.shapes)])
+                               for name, model in declared().items() if model.needs.image},
+}
+
+
+def __getattr__(name: str):
+    if name in _TABLES:
+        return _TABLES[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def incompatibility(name: str, info: DatasetInfo) -> str | None:
     """Why model `name` cannot run on a dataset like `info`, or None if it can."""
-    if name not in MODELS:
-        return f"unknown model {name!r}; known: {', '.join(MODELS)}"
-    return NEEDS[name].problem(name, info)
+    models = declared()
+    if name not in models:
+        return f"unknown model {name!r}; known: {', '.join(models)}"
+    return models[name].needs.problem(name, info)
 
 
 def example_info(name: str, num_classes: int = 10) -> DatasetInfo:
     """A dataset shape model `name` supports, for listing its structure: its own shape if it
-    has one, else 3×32×32 images for image models and 64-vectors for the others."""
-    needs = NEEDS[name]
-    if needs.shapes:
-        return DatasetInfo(needs.shapes[0], num_classes, True, False)
-    if needs.image:
-        return DatasetInfo((3, 32, 32), num_classes, True, False)
-    return DatasetInfo((64,), num_classes, False, False)
+    has one, else 3×32×32 images for image models and 64-vectors for the others (InputNeeds.example)."""
+    return declared()[name].needs.example(num_classes)
 
 
 def build_model(name: str, info: DatasetInfo) -> SplittableNet:
@@ -181,5 +201,5 @@ def build_model(name: str, info: DatasetInfo) -> SplittableNet:
     problem = incompatibility(name, info)
     if problem:
         raise ValueError(problem)
-    model = MODELS[name](info)
+    model = declared()[name].build(info)
     return portable_layers(model) if cpu_pin.kernel_recipe(name) >= 2 else model

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from fedskew.catalog import SOURCES
+from fedskew import catalog
 from fedskew.config import Params
 from fedskew.data import sources
+from fedskew.data.sizes import digits_split_sizes
 from fedskew.reproduce.layouts import load_layouts
 
 ASSUMED_GPU_TFLOPS = 10.0  # sustained fp32 on small models: well under an H100's peak (assumption)
@@ -35,14 +36,6 @@ CPU_RATES = {
     ("fed_dnn", "mnist"): 35.1,    # FedED's DNN, 50 rounds of 5 epochs: 17.9 TFLOP in 511 CPU-s
 }
 
-# Training / test set sizes of every source (fixed by the datasets; FEMNIST with 100 LEAF writers
-# is about 100 × 227 samples, 90/10 per writer; ImageNet-subset 12 classes × 1300 / × 50).
-SIZES = {
-    "digits": (1437, 360), "mnist": (60000, 10000), "fashionmnist": (60000, 10000),
-    "cifar10": (50000, 10000), "cifar100": (50000, 10000), "svhn": (73257, 26032),
-    "cinic10": (90000, 90000), "tinyimagenet": (100000, 10000), "femnist": (20430, 2270),
-    "adult": (30162, 15060), "imagenet_subset": (15600, 600),
-}
 
 
 @cache
@@ -54,9 +47,19 @@ def _synthetic_sizes(lam: float, mu: float, clients: int, seed: int) -> tuple[in
 
 
 def dataset_sizes(spec: dict) -> tuple[int, int]:
+    """(train, test) sizes of a dataset spec: Synthetic's generated, digits' split, a source's fixed ones, else
+    the sizes its class estimates (fedskew.catalog.Source.estimated_sizes)."""
+    source = catalog.sources()[spec["source"]]
     if spec["source"] == "synthetic":
         return _synthetic_sizes(spec["lam"], spec["mu"], spec["clients"], spec["seed"])
-    return SIZES[spec["source"]]
+    if spec["source"] == "digits":
+        return digits_split_sizes(spec["test_fraction"])
+    if source.train_size is not None and source.test_size is not None:
+        return source.train_size, source.test_size
+    if source.estimated_sizes is None:
+        raise ValueError(f"dataset source {spec['source']!r} declares no sizes; set its train_size and test_size, "
+                         "or estimated_sizes")
+    return source.estimated_sizes
 
 
 @cache
@@ -90,13 +93,13 @@ def run_flops(cfg) -> float:
 
 def data_origin(source: str) -> str:
     """Where a source's files come from, in the words of the cost table."""
-    if SOURCES[source].arrives == "embedded":
+    if catalog.sources()[source].arrives == "embedded":
         return "embedded"
     if source in sources.REGISTRY_PACKAGES:
         return f"registry package {sources.REGISTRY_PACKAGES[source].name}"
     if source in sources.OS_PACKAGES:
         return f"OS package {sources.OS_PACKAGES[source].name} or a download"
-    return "placed by hand" if SOURCES[source].arrives == "by hand" else "download"
+    return "placed by hand" if catalog.sources()[source].arrives == "by hand" else "download"
 
 
 def table_runs(params: Params, table_id: str) -> dict[str, object]:

@@ -34,6 +34,9 @@ from fedskew.tracking.store import (
 log = logging.getLogger(__name__)
 
 RUN_KEY_TAG = "fedskew.run_id"  # one MLflow run per value of this tag
+# On a run that a later one replaced (the same grid point of the suite, another run id: a changed hyperparameter,
+# training setting or numerics version): the run id that replaced it. Replaced runs stay in the store.
+REPLACED_TAG = "fedskew.replaced_by"
 ERROR_TAG = "fedskew.error"  # why a run ended FAILED or KILLED; cleared when a retry continues it
 MAX_PARAM_VALUE_LEN = 6000  # MLflow's limit on a param value
 MAX_TAG_VALUE_LEN = 8000  # MLflow's limit on a tag value
@@ -176,6 +179,15 @@ def _find_run(client: Any, experiment_id: str, key: str) -> Any | None:
     return min(found, key=lambda r: (r.info.status != "FINISHED", r.info.start_time)) if found else None
 
 
+def _mark_replaced(client: Any, experiment_id: str, run_name: str, key: str) -> None:
+    """Tag every earlier run of the same grid point (run name) under another run id as replaced by `key`, so that
+    `tags.fedskew.replaced_by` finds what a change retrained, and what it was (the old run keeps its params)."""
+    found = client.search_runs([experiment_id], filter_string=f"attributes.run_name = '{run_name}'", max_results=1000)
+    for earlier in found:
+        if earlier.data.tags.get(RUN_KEY_TAG) not in (None, key) and REPLACED_TAG not in earlier.data.tags:
+            client.set_tag(earlier.info.run_id, REPLACED_TAG, key)
+
+
 class LiveRun:
     """One MLflow run that follows a training job while it trains.
 
@@ -244,6 +256,8 @@ class LiveRun:
             if run is None:  # the key tag is written with the run, in one transaction: a kill cannot separate them
                 run = client.create_run(experiment_id, run_name=self.run_name,
                                         tags={RUN_KEY_TAG: key} if key else None)
+                if key:
+                    _mark_replaced(client, experiment_id, self.run_name, key)
             else:
                 log.info("continuing MLflow run %s of %s %s", run.info.run_id, RUN_KEY_TAG, key)
                 if run.info.status != "RUNNING":

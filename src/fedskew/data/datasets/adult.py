@@ -193,4 +193,8 @@ def load_tensors(spec: dict, raw_root: Path,
 class Adult(FileSource):
     name = NAME
     tabular = True  # one-hot and standardised columns (see the module's docstring), taken as they are
+    input_shape = (NUM_FEATURES,)
+    num_classes = NUM_CLASSES
+    train_size = 30162  # adult.data's 32,561 rows less those with a missing value
+    test_size = 15060
     load_tensors = staticmethod(load_tensors)

@@ -150,4 +150,8 @@ def load_tensors(spec: dict, raw_root: Path,
 
 class CINIC10(FileSource):
     name = NAME
+    input_shape = IMAGE_SHAPE
+    num_classes = len(CLASSES)
+    train_class_counts = (9000,) * 10  # the `train` split only
+    test_size = 90000
     load_tensors = staticmethod(load_tensors)

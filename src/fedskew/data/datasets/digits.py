@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import GeneratedSource
+from fedskew.declarations import Hyperparameter
 
 
 def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -38,6 +39,11 @@ def load_digits_split(test_fraction: float = 0.2, seed: int = 0) -> dict[str, to
 class Digits(GeneratedSource):
     name = "digits"
     pixel_max = 16.0  # the digits' pixels are integers 0..16
+    input_shape = (1, 8, 8)
+    num_classes = 10
+    # scikit-learn's stratified split of its 1797 images (fedskew.data.sizes computes the split's counts)
+    options = {"test_fraction": Hyperparameter(0.2, exclusive_minimum=0, exclusive_maximum=1),
+               "seed": Hyperparameter(0, ref="seed")}
 
     def generate(self, spec: dict) -> dict[str, torch.Tensor]:
         return load_digits_split(spec["test_fraction"], spec["seed"])

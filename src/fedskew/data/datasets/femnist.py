@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import FileSource
+from fedskew.declarations import Hyperparameter
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, Reach
 from fedskew.data.fetch.reading import read_verified
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
@@ -199,4 +200,12 @@ def load_tensors(spec: dict, raw_root: Path,
 
 class FEMNIST(FileSource):
     name = NAME
+    input_shape = IMAGE_SHAPE
+    num_classes = NUM_CLASSES
+    natural_partition = True
+    arrives = "by hand"
+    # writers kept (one client each), drawn with seed; null: all
+    options = {"writers": Hyperparameter(100, schema={"type": ["integer", "null"], "minimum": 1, "maximum": 131072}),
+               "seed": Hyperparameter(0, ref="seed")}
+    estimated_sizes = (20430, 2270)  # 100 LEAF writers of about 227 samples, 90/10 per writer
     load_tensors = staticmethod(load_tensors)

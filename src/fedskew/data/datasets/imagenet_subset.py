@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import FileSource
+from fedskew.declarations import Hyperparameter
 from fedskew.data.fetch import MARKER, DatasetCorruptError, DatasetUnavailableError, Reach
 from fedskew.data.fetch.reading import read_verified
 from fedskew.data.files import digest_of, remove_stale_temporaries, tree_digests
@@ -159,6 +160,12 @@ def load_tensors(spec: dict, raw_root: Path,
 
 class ImageNetSubset(FileSource):
     name = NAME
+    input_shape = IMAGE_SHAPE
+    num_classes = len(WNIDS)
+    arrives = "by hand"
+    # a local ILSVRC-2012 copy with train/<wnid>/ and val/<wnid>/
+    options = {"imagenet_dir": Hyperparameter(None, schema={"type": ["string", "null"]})}
+    estimated_sizes = (15600, 600)  # 12 classes × 1300 training and × 50 validation images
     load_tensors = staticmethod(load_tensors)
 
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from fedskew.data.datasets.base import GeneratedSource
+from fedskew.declarations import Hyperparameter
 
 
 def generate_synthetic(lam: float, mu: float, clients: int = 100, dim: int = 60,
@@ -59,6 +60,18 @@ def generate_synthetic(lam: float, mu: float, clients: int = 100, dim: int = 60,
 class Synthetic(GeneratedSource):
     name = "synthetic"
     tabular = True  # feature vectors, taken as they are
+    # the defaults' shape and classes; a spec's `dim` and `classes` give its own (fedskew.catalog.dataset_info)
+    input_shape = (60,)
+    num_classes = 10
+    natural_partition = True
+    options = {
+        "lam": Hyperparameter(1.0, minimum=0), "mu": Hyperparameter(1.0, minimum=0),
+        "clients": Hyperparameter(100, ref="sample_count"),
+        # FedLC's Synthetic has 60 features and 10 classes; the logistic regression on it has dim × classes
+        # weights. Its generated size (samples × dim) is bounded in fedskew.config_checks.
+        "dim": Hyperparameter(60, minimum=1, maximum=10000), "classes": Hyperparameter(10, minimum=2, maximum=1000),
+        "seed": Hyperparameter(0, ref="seed"),
+    }
 
     def generate(self, spec: dict) -> dict[str, torch.Tensor]:
         return generate_synthetic(spec["lam"], spec["mu"], spec["clients"], spec["dim"], spec["classes"], spec["seed"])

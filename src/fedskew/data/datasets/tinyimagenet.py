@@ -153,4 +153,8 @@ def load_tensors(spec: dict, raw_root: Path,
 
 class TinyImageNet(FileSource):
     name = NAME
+    input_shape = IMAGE_SHAPE
+    num_classes = NUM_CLASSES
+    train_class_counts = (500,) * 200  # the `train` split
+    test_size = 10000
     load_tensors = staticmethod(load_tensors)

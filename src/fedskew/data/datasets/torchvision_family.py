@@ -208,6 +208,10 @@ def _decode(name: str, directory: Path, sha256: dict[str, str]) -> dict[str, tor
 class _TorchvisionSource(DatasetSource):
     """A torchvision dataset: its archives verified and decoded once into raw_dir/tensors.pt."""
 
+    @classmethod
+    def source_files(cls) -> list[SourceFile]:
+        return source_files(cls.name)
+
     def materialise(self, spec: dict, root: Path, dataset_dir: Path,
                     reach: Reach) -> tuple[Path, dict[str, torch.Tensor]]:
         raw_root = root / "data" / "raw"
@@ -217,19 +221,39 @@ class _TorchvisionSource(DatasetSource):
 
 class MNIST(_TorchvisionSource):
     name = "mnist"
+    input_shape = (1, 28, 28)
+    num_classes = 10
+    train_class_counts = (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949)  # 60,000
+    test_size = 10000
 
 
 class FashionMNIST(_TorchvisionSource):
     name = "fashionmnist"
+    input_shape = (1, 28, 28)
+    num_classes = 10
+    train_class_counts = (6000,) * 10
+    test_size = 10000
 
 
 class CIFAR10(_TorchvisionSource):
     name = "cifar10"
+    input_shape = (3, 32, 32)
+    num_classes = 10
+    train_class_counts = (5000,) * 10
+    test_size = 10000
 
 
 class CIFAR100(_TorchvisionSource):
     name = "cifar100"
+    input_shape = (3, 32, 32)
+    num_classes = 100
+    train_class_counts = (500,) * 100
+    test_size = 10000
 
 
 class SVHN(_TorchvisionSource):
     name = "svhn"
+    input_shape = (3, 32, 32)
+    num_classes = 10
+    train_size = 73257  # the `train` split, without `extra`
+    test_size = 26032

@@ -1,26 +1,20 @@
 """Seeded label-skew partitioners: assign every training sample to exactly one client.
 
-One file per scheme, the ``scheme`` of params.yaml (``m`` clients, ``C`` classes, ``n`` samples);
-each file's docstring says how its scheme draws:
-
-* ``iid`` (clients), iid.py: uniformly random split into ``m`` equal-as-possible parts.
-* ``dirichlet`` D(beta) (clients, beta, min_size=10, max_redraws=1000), dirichlet.py: FedLC §5.1 /
-  NIID-Bench, with bounded redraws until every client holds ``>= min_size`` samples.
-* ``quantity`` Q(alpha) (clients, alpha), quantity.py: FedLC §5.1, ``m * alpha`` single-class sets,
-  ``alpha`` per client (cut within classes).
-* ``quantity_per_label`` (clients, alpha), quantity_per_label.py: SCALA's variant, ``alpha`` portions
-  of ``alpha`` distinct classes per client.
-* ``shards`` (clients, shards_per_client), shards.py: FedED / FedNTD, ``s`` label-sorted shards per client.
-* ``natural`` (no params), natural.py: the clients a dataset was generated with (``natural_groups``).
+One file per scheme, the ``scheme`` of params.yaml; each file's docstring says how its scheme draws
+(``m`` clients, ``C`` classes, ``n`` samples).
 
 Shared code: base.py (the `Scheme` base class, `Partition`, `PartitionError`, the helpers several
-schemes draw with), registry.py (the schemes by name), build.py (`check_feasible`, `make_partition`),
-store.py (content hash, `save_partition` / `load_partition`), heatmap.py (`plot_heatmap`).
+schemes draw with), parameters.py (`Parameter`, what a scheme declares of each parameter, and the
+schema clause derived from it), registry.py (the schemes by name, built-in and plugins'), build.py
+(`check_feasible`, `make_partition`), store.py (content hash, `save_partition` / `load_partition`),
+heatmap.py (`plot_heatmap`).
 
-Adding a scheme is adding a file here plus its entry in workflow/schemas/params.schema.yaml (a test
-keeps the two in sync): a `Scheme` subclass that sets ``name``, ``parameters`` (and ``defaults`` of
-the optional ones), implements ``sample`` (the draw) and ``check`` (its feasibility rules). Every
-module of the package is imported and every such subclass is registered.
+Adding a scheme is adding a file here and its test: a `Scheme` subclass that sets ``name``, declares
+``parameters`` (a `Parameter` each: type, allowed values, default; one without a default is required),
+implements ``sample`` (the draw) and ``check`` (its feasibility rules). Every module of the package is
+imported and every such subclass is registered; params.yaml's schema takes its clause from the class
+(fedskew.config_schema.params_schema). A scheme of a package of one's own is the same subclass, declared
+as an entry point of group ``fedskew.partitions`` (``python -m fedskew new partition NAME`` writes one).
 
 No scheme may leave a client empty: :func:`check_feasible` refuses requests whose
 arithmetic cannot give every client a sample (fedskew.config applies it to params.yaml
@@ -30,16 +24,19 @@ All randomness comes from ``np.random.default_rng([seed, <stable scheme constant
 the same inputs give the same partition and byte-identical saved artifacts.
 """
 
-from fedskew.data.partitions.base import Partition, PartitionError
+from fedskew.data.partitions import registry
+from fedskew.data.partitions.base import Partition, PartitionError, Scheme
 from fedskew.data.partitions.build import check_feasible, make_partition
 from fedskew.data.partitions.heatmap import plot_heatmap
-from fedskew.data.partitions.registry import SCHEME_DEFAULTS, SCHEME_PARAMS, SCHEMES
+from fedskew.data.partitions.parameters import Parameter
 from fedskew.data.partitions.store import load_partition, save_partition
 
 __all__ = [
     "SCHEMES",
     "SCHEME_PARAMS",
     "SCHEME_DEFAULTS",
+    "Scheme",
+    "Parameter",
     "PartitionError",
     "Partition",
     "check_feasible",
@@ -48,3 +45,11 @@ __all__ = [
     "load_partition",
     "plot_heatmap",
 ]
+
+
+def __getattr__(name: str) -> dict:
+    """SCHEMES, SCHEME_PARAMS and SCHEME_DEFAULTS: the registry's, which include the plugins' schemes and so are
+    made when first read (fedskew.data.partitions.registry)."""
+    if name in ("SCHEMES", "SCHEME_PARAMS", "SCHEME_DEFAULTS"):
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """What every partition scheme shares: the `Scheme` base class, the `Partition` record, `PartitionError`,
 and what more than one scheme draws with (`class_indices`; `DealtSets`, the base of quantity and shards).
 
-A `Scheme` subclass that sets its own ``name`` in a module of the package is registered under that name
+A `Scheme` subclass that sets its own ``name`` in a module of the package, or that an installed package declares
+as an entry point of group ``fedskew.partitions``, is registered under that name
 (fedskew.data.partitions.registry).
 """
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+
+from fedskew.data.partitions.parameters import Parameter
 
 
 class PartitionError(ValueError):
@@ -52,9 +55,12 @@ def request_context(scheme: str, params: dict[str, Any], n: int, dataset: str) -
 class Scheme:
     """A partition scheme: its name, its parameters, its feasibility rules and its draw.
 
-    Subclass it in a module of fedskew.data.partitions and set ``name`` (the ``scheme`` of params.yaml) to
-    register it, ``parameters`` (and ``defaults``); implement ``sample`` and, for rules of its own,
-    ``check``. The class is never instantiated: its methods are class and static methods.
+    The class is the one source of what the scheme is: validation (the schema's clause of the scheme, derived
+    from ``parameters``), the listings and the partition job read it. Subclass it in a module of
+    fedskew.data.partitions, or in a package of your own declared as an entry point of group
+    ``fedskew.partitions``, and set ``name`` (the ``scheme`` of params.yaml) and ``parameters``; implement
+    ``sample`` and, for rules of its own, ``check``. The class is never instantiated: its methods are class and
+    static methods.
     """
 
     name: ClassVar[str]
@@ -62,16 +68,21 @@ class Scheme:
     """The numerics version of the draw: raised when a change moves the partitions it draws (tests/fingerprints/),
     which redraws them and retrains the runs on them. The `version` a class sets in its own body, 1 if it sets
     none (read without importing: fedskew.discovery.declared_versions)."""
+    parameters: ClassVar[dict[str, Parameter]] = {}
+    """Each parameter's declaration (`Parameter`: type, allowed values, default); one without a default is
+    required."""
+    defaults: ClassVar[dict[str, Any]] = {}
+    """The defaults of the optional parameters (derived from ``parameters``)."""
+    drops_empty_clients: ClassVar[bool] = False
+    """Whether a client that receives no sample is dropped (a gap in given ids) rather than refused."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         cls.version = vars(cls).get("version", 1)
-    parameters: ClassVar[dict[str, type]] = {}
-    """Parameter names and types (int or float); names absent from ``defaults`` are required."""
-    defaults: ClassVar[dict[str, Any]] = {}
-    """Defaults of the optional parameters."""
-    drops_empty_clients: ClassVar[bool] = False
-    """Whether a client that receives no sample is dropped (a gap in given ids) rather than refused."""
+        # Whatever `parameters` holds: a declaration that is not a Parameter is refused, with its reason, when
+        # the class is registered (registry.scheme_problem), where a plugin's error can name its entry point.
+        declared = cls.parameters if isinstance(cls.parameters, dict) else {}
+        cls.defaults = {key: p.default for key, p in declared.items() if isinstance(p, Parameter) and not p.required}
 
     @classmethod
     def normalise(cls, params: dict[str, Any], n: int, dataset: str) -> dict[str, Any]:
@@ -88,7 +99,8 @@ class Scheme:
         if missing:
             raise PartitionError(f"missing required parameter(s) {missing} for scheme {cls.name!r} {ctx}")
         out: dict[str, Any] = {}
-        for name, typ in spec.items():
+        for name, declared in spec.items():
+            typ = declared.type
             value = params.get(name, defaults.get(name))
             if isinstance(value, (bool, np.bool_)):
                 raise PartitionError(f"parameter {name!r} must be {typ.__name__}, got a bool {ctx}")

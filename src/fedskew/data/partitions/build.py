@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from fedskew.data.partitions import registry
 from fedskew.data.partitions.base import Partition, PartitionError, request_context
-from fedskew.data.partitions.registry import SCHEME_CLASSES, SCHEMES
 from fedskew.data.partitions.store import compute_hash
 
 logger = logging.getLogger(__name__)
@@ -27,12 +27,12 @@ def check_feasible(scheme: str, params: dict[str, Any], n: int, num_classes: int
     them then wait for make_partition. Only arithmetic is checked: whether Dirichlet draws
     reach min_size is decided by the draws themselves.
     """
-    if scheme not in SCHEMES:
+    if scheme not in registry.SCHEME_CLASSES:
         raise PartitionError(
-            f"unknown partition scheme {scheme!r}; choose one of {sorted(SCHEMES)} "
+            f"unknown partition scheme {scheme!r}; choose one of {sorted(registry.SCHEME_CLASSES)} "
             f"{request_context(scheme, dict(params), n, dataset)}"
         )
-    cls = SCHEME_CLASSES[scheme]
+    cls = registry.SCHEME_CLASSES[scheme]
     p = cls.normalise(params, n, dataset)
     cls.validate(p, n, int(num_classes), dataset, class_counts)
     return p
@@ -90,7 +90,7 @@ def make_partition(
     p = check_feasible(scheme, params, n, num_classes, np.bincount(labels, minlength=num_classes), dataset)
 
     rng = np.random.default_rng([seed, _scheme_constant(scheme)])
-    drawn = SCHEMES[scheme](labels, num_classes, p, rng, natural_groups=natural_groups, dataset=dataset)
+    drawn = registry.SCHEMES[scheme](labels, num_classes, p, rng, natural_groups=natural_groups, dataset=dataset)
     client_indices = [np.sort(np.asarray(ix, dtype=np.int64)) for ix in drawn]
     client_indices, dropped = _drop_or_refuse_empty_clients(client_indices, scheme, p, n, dataset)
     _check_each_sample_once(client_indices, n, scheme)
@@ -130,7 +130,7 @@ def _drop_or_refuse_empty_clients(client_indices: list[np.ndarray], scheme: str,
     empty = [k for k, ix in enumerate(client_indices) if ix.size == 0]
     if not empty:
         return client_indices, []
-    if not SCHEME_CLASSES[scheme].drops_empty_clients:
+    if not registry.SCHEME_CLASSES[scheme].drops_empty_clients:
         raise PartitionError(
             f"{len(empty)} client(s) would hold no sample (client ids {empty[:10]}); use fewer "
             f"clients (or, for quantity/shards, a smaller alpha / shards_per_client) "

@@ -13,12 +13,18 @@ from typing import Any
 import numpy as np
 
 from fedskew.data.partitions.base import PartitionError, Scheme, request_context
+from fedskew.data.partitions.parameters import Parameter
 
 
 class Dirichlet(Scheme):
     name = "dirichlet"
-    parameters = {"clients": int, "beta": float, "min_size": int, "max_redraws": int}
-    defaults = {"min_size": 10, "max_redraws": 1000}
+    parameters = {
+        "clients": Parameter(int, ref="sample_count"),
+        "beta": Parameter(float, exclusive_minimum=0),
+        "min_size": Parameter(int, 10, ref="sample_count"),  # 0 would allow empty clients
+        # each redraw draws clients × classes Dirichlet weights
+        "max_redraws": Parameter(int, 1000, minimum=1, maximum=100000),
+    }
 
     @staticmethod
     def sample(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,

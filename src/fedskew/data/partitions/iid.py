@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 
 from fedskew.data.partitions.base import Scheme
+from fedskew.data.partitions.parameters import Parameter
 
 
 class Iid(Scheme):
     name = "iid"
-    parameters = {"clients": int}
+    parameters = {"clients": Parameter(int, ref="sample_count")}
 
     @staticmethod
     def sample(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,

@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from fedskew.data.partitions.base import DealtSets, PartitionError, class_indices
+from fedskew.data.partitions.parameters import Parameter
 
 
 class Quantity(DealtSets):
     """FedLC's Q(alpha): m*alpha single-class sets, alpha random sets per client."""
 
     name = "quantity"
-    parameters = {"clients": int, "alpha": int}
+    # alpha against the classes: `check` (run by fedskew.config before any job)
+    parameters = {"clients": Parameter(int, ref="sample_count"), "alpha": Parameter(int, ref="sample_count")}
     per_client, set_word, remedy = "alpha", "set", "a smaller alpha"
 
     @classmethod

@@ -14,11 +14,13 @@ from typing import Any
 import numpy as np
 
 from fedskew.data.partitions.base import PartitionError, Scheme, class_indices
+from fedskew.data.partitions.parameters import Parameter
 
 
 class QuantityPerLabel(Scheme):
     name = "quantity_per_label"
-    parameters = {"clients": int, "alpha": int}
+    # alpha against the classes: `check` (run by fedskew.config before any job)
+    parameters = {"clients": Parameter(int, ref="sample_count"), "alpha": Parameter(int, ref="sample_count")}
 
     @staticmethod
     def sample(labels: np.ndarray, num_classes: int, params: dict[str, Any], rng: np.random.Generator,

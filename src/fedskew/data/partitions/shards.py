@@ -11,13 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from fedskew.data.partitions.base import DealtSets, class_indices
+from fedskew.data.partitions.parameters import Parameter
 
 
 class Shards(DealtSets):
     """FedED/FedNTD shards(s): m*s label-sorted shards, s random shards per client."""
 
     name = "shards"
-    parameters = {"clients": int, "shards_per_client": int}
+    parameters = {"clients": Parameter(int, ref="sample_count"),
+                  "shards_per_client": Parameter(int, ref="sample_count")}
     per_client, set_word, remedy = "shards_per_client", "shard", "fewer shards per client"
 
     @staticmethod
