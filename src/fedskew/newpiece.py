@@ -185,8 +185,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_new(params: object, args: argparse.Namespace) -> None:
     """`python -m fedskew new method|dataset|partition NAME`: write the package, then say what it holds and what
-    comes next
-    (no params.yaml is read: `params` is None)."""
+    comes next (no params.yaml is read: `params` is None)."""
     directory = args.dir if args.dir is not None else Path(args.name)
     written = create(args.kind, args.name, directory)
     print(f"wrote {directory}/: {', '.join(written)}")
