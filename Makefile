@@ -40,7 +40,7 @@ test: env system-packages
 # DVC, MLflow servers and training jobs as child processes (tests/integration, tests/reliability, the cluster
 # smoke test): most of `make test`'s time, even without their `slow` tests. `make test` before a commit.
 test-fast: env system-packages
-	.venv/bin/python -m pytest -n auto --dist worksteal tests/unit tests/fingerprints
+	.venv/bin/python -m pytest -n auto --dist worksteal -m "not slow and not soak and not cluster" tests/unit tests/fingerprints
 
 # The cluster path for real (docs/cluster.md): a one-node SLURM, an MLflow server and a DVC remote on
 # this machine, the default suite end to end and three faults. Root; installs Debian's SLURM packages.

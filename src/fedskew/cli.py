@@ -17,6 +17,8 @@ from fedskew import job, listings, paths
 from fedskew.config import ConfigError, Params, load_params
 from fedskew.job import RunsFailedError, RunWriteError, Terminated, TrackingError
 from fedskew.newpiece import add_parser as add_new_parser
+from fedskew.report.compare import add_parser as add_compare_parser
+from fedskew.report.compare import cmd_compare
 from fedskew.newpiece import cmd_new
 from fedskew.packed.commands import add_parser as add_packed_parser
 from fedskew.packed.commands import cmd_packed
@@ -231,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_commands(sub)
     add_packed_parser(sub)
     add_new_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 
@@ -344,7 +347,7 @@ COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
             "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
             "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale,
-            "suites": listings.cmd_suites, "catalog": cmd_catalog, "runs": listings.cmd_runs, "new": cmd_new}
+            "suites": listings.cmd_suites, "catalog": cmd_catalog, "runs": listings.cmd_runs, "compare": cmd_compare, "new": cmd_new}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

@@ -314,26 +314,11 @@ def cmd_suites(params: Params, args: argparse.Namespace) -> None:
     print("\n".join([*_suites_table(params, suites, with_cost), *_legend(with_cost)]))
 
 
-RUN_INDEX_COLUMNS = ("suite", "dataset", "partition", "method", "seed", "run_id")
-
-
-def run_index(params: Params, suite: str) -> str:
-    """A suite's run index as CSV: the run id of every run its tables read, by grid point, in the suite's order."""
-    import csv
-    import io
-
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(RUN_INDEX_COLUMNS)
-    for cfg in params.suite_runs(suite):
-        writer.writerow([cfg.suite, cfg.dataset, cfg.partition, cfg.method, cfg.seed, cfg.run_id])
-    return out.getvalue()
-
-
 def cmd_runs(params: Params, args: argparse.Namespace) -> None:
     """`runs --suite S`: the run id of every run the suite's tables read; --write puts it in its run index
-    (results/tables/runs/<suite>.csv, which Snakemake builds beside the tables)."""
+    (results/tables/runs/<suite>.csv, which `aggregate` writes beside the tables)."""
     from fedskew import paths
+    from fedskew.report.tables import run_index
     from fedskew.runfiles import atomic_write_text
 
     if args.suite not in params.raw["suites"]:

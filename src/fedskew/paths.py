@@ -18,6 +18,8 @@ CHECKPOINT_DIR = "results/checkpoints/{suite}/{dataset}/{partition}/{method}/see
 TABLE = "results/tables/{suite}.{ext}"
 # Which run each cell of a suite's tables reads: its run id by grid point (`python -m fedskew runs`).
 RUN_INDEX = "results/tables/runs/{suite}.csv"
+# Each method of a suite against its baseline, paired by seed (`python -m fedskew compare`).
+COMPARISON = "results/tables/compare/{suite}.{ext}"
 FIGURE_DIR = "results/figures/{suite}"
 PAPER_TABLE = "results/papers/{table}.{ext}"
 CLAIMS = "results/claims.{ext}"

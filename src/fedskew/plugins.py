@@ -71,6 +71,18 @@ def loaded(kind: str) -> dict[str, Plugin]:
     return found
 
 
+def class_problem(plugin: Plugin, attributes: tuple[str, ...], what: str) -> str | None:
+    """Why a loaded entry point is not a class with `attributes`, named as its entry point is (`what` says what
+    to subclass), or None."""
+    cls = plugin.obj
+    if not isinstance(cls, type) or any(not hasattr(cls, attribute) for attribute in attributes):
+        return f"is not a {what}"
+    if vars(cls).get("name") != plugin.name:
+        return (f"the class sets name = {vars(cls).get('name')!r}, but params.yaml calls it by the entry point's "
+                f"name; write name = {plugin.name!r} in the class")
+    return None
+
+
 # What a method class must have to be described (fedskew.declarations.describe_method); every subclass of
 # fedskew.fl.fedavg.FedAvg (federated) or fedskew.sfl.base.SplitAlgorithm (split) has them.
 METHOD_ATTRIBUTES = ("name", "family", "panel", "hyperparameters", "sgd_only", "switches", "version")
@@ -78,14 +90,8 @@ METHOD_ATTRIBUTES = ("name", "family", "panel", "hyperparameters", "sgd_only", "
 
 def method_problem(plugin: Plugin) -> str | None:
     """Why a loaded `fedskew.methods` entry point is not a method fedskew can run, or None."""
-    cls = plugin.obj
-    if not isinstance(cls, type) or any(not hasattr(cls, attribute) for attribute in METHOD_ATTRIBUTES):
-        return ("is not a method class: subclass fedskew.fl.fedavg.FedAvg (a federated method) or "
-                "fedskew.sfl.base.SplitAlgorithm (a split one)")
-    if vars(cls).get("name") != plugin.name:
-        return (f"the class sets name = {vars(cls).get('name')!r}, but params.yaml calls it by the entry point's "
-                f"name; write name = {plugin.name!r} in the class")
-    return None
+    return class_problem(plugin, METHOD_ATTRIBUTES, "method class: subclass fedskew.fl.fedavg.FedAvg (a federated "
+                                                    "method) or fedskew.sfl.base.SplitAlgorithm (a split one)")
 
 
 # What a dataset source class must have to be described (fedskew.declarations.describe_source); every subclass
@@ -96,13 +102,9 @@ SOURCE_ATTRIBUTES = ("name", "input_shape", "num_classes", "natural_partition", 
 
 def source_problem(plugin: Plugin) -> str | None:
     """Why a loaded `fedskew.datasets` entry point is not a dataset source fedskew can use, or None."""
-    cls = plugin.obj
-    if not isinstance(cls, type) or any(not hasattr(cls, attribute) for attribute in SOURCE_ATTRIBUTES):
-        return ("is not a dataset source class: subclass fedskew.data.datasets.base.GeneratedSource (made from its "
-                "spec) or DatasetSource, and set input_shape and num_classes")
-    if vars(cls).get("name") != plugin.name:
-        return (f"the class sets name = {vars(cls).get('name')!r}, but params.yaml calls it by the entry point's "
-                f"name; write name = {plugin.name!r} in the class")
-    if cls.arrives not in ("embedded", "download", "by hand"):
-        return f"arrives = {cls.arrives!r}; it must be 'embedded', 'download' or 'by hand'"
-    return None
+    problem = class_problem(plugin, SOURCE_ATTRIBUTES, "dataset source class: subclass "
+                            "fedskew.data.datasets.base.GeneratedSource (made from its spec) or DatasetSource, and "
+                            "set input_shape and num_classes")
+    if problem is None and plugin.obj.arrives not in ("embedded", "download", "by hand"):
+        return f"arrives = {plugin.obj.arrives!r}; it must be 'embedded', 'download' or 'by hand'"
+    return problem

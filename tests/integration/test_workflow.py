@@ -72,7 +72,8 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
     # The tables and figures read all three files of every run: a change to any one re-runs aggregate, and only it.
-    tables = {f"results/tables/tiny.{ext}" for ext in ("md", "csv", "tex", "json")} | {"results/figures/tiny"}
+    tables = {f"results/tables/tiny.{ext}" for ext in ("md", "csv", "tex", "json")} | {
+        "results/figures/tiny", "results/tables/runs/tiny.csv"}
     for name in ("metrics.json", "history.csv", "config.yaml"):
         with changed(metrics[0].parent / name):
             assert planned(root) == {"aggregate": tables}, name

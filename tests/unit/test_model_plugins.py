@@ -25,7 +25,7 @@ from torch import nn
 
 from fedskew.catalog import DatasetInfo, describe_model
 from fedskew.models import InputNeeds, Model, SplittableNet
-from tests.helpers import TINY_PARAMS, make_copy, run
+from tests.helpers import TINY_PARAMS, install_plugin, make_copy, run
 
 # --- describing a declaration (in this process) ----------------------------------------------------
 
@@ -122,31 +122,9 @@ def _install(scratch: Path, distribution: str) -> Path:
     folder of its own; that folder."""
     name, text = PACKAGES[distribution]
     module = distribution.removeprefix("fedskew-")
-    source = scratch / distribution
-    (source / module).mkdir(parents=True)
-    (source / module / "__init__.py").write_text(text)
     attribute = "barenet" if name == "barenet" else "tinynet"
-    (source / "pyproject.toml").write_text(textwrap.dedent(f'''
-        [build-system]
-        requires = ["setuptools>=69"]
-        build-backend = "setuptools.build_meta"
-
-        [project]
-        name = "{distribution}"
-        version = "0.1.0"
-
-        [project.entry-points."fedskew.models"]
-        {name} = "{module}:{attribute}"
-
-        [tool.setuptools]
-        packages = ["{module}"]
-    '''))
-    site = scratch / f"site-{module}"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target", str(site),
-                           str(source)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return site
+    return install_plugin(scratch, distribution, {"fedskew.models": {name: f"{module}:{attribute}"}},
+                          {f"{module}/__init__.py": text})
 
 
 @pytest.fixture(scope="module")

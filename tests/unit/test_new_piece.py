@@ -173,14 +173,41 @@ SCHEME_FILES = ["pyproject.toml", f"{SCHEME}/__init__.py", f"{SCHEME}/scheme.py"
                 f"experiments/{SCHEME}.yaml", "README.md"]
 
 
+def _package(tmp_path, kind: str, name: str):
+    """A new package of `kind` written into tmp_path/pkg, (folder, files written); its modules leave sys.modules
+    with the test."""
+    target = tmp_path / "pkg"
+    written = newpiece.create(kind, name, target)
+    yield target, written
+    for module in [m for m in sys.modules if name in m]:
+        del sys.modules[module]
+
+
+def _installed_commands_pass(target, tmp_path, name: str, expected: dict[str, str]) -> None:
+    """The package installed as pip installs it (into a folder of its own), its experiment copied beside the
+    shipped params.yaml: each command of `expected` passes and prints what it maps to."""
+    import os
+    import shutil
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target",
+                           str(tmp_path / "site"), str(target)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    root = tmp_path / "project"
+    (root / "experiments").mkdir(parents=True)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    shutil.copy(target / "experiments" / f"{name}.yaml", root / "experiments")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path / "site")])}
+    for command, says in expected.items():
+        done = subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0 and says in done.stdout, done.stderr[-3000:]
+
+
 @pytest.fixture
 def scheme_package(tmp_path):
-    """A new partition scheme package written into tmp_path/pkg; its modules leave sys.modules with the test."""
-    target = tmp_path / "pkg"
-    written = newpiece.create("partition", SCHEME, target)
-    yield target, written
-    for module in [m for m in sys.modules if SCHEME in m]:
-        del sys.modules[module]
+    yield from _package(tmp_path, "partition", SCHEME)
 
 
 def test_a_scheme_package_has_every_file_and_its_scheme_is_declared_as_its_entry_point(scheme_package) -> None:
@@ -225,26 +252,10 @@ def test_a_scheme_packages_experiment_defines_its_partition_beside_iid(scheme_pa
 
 
 def test_an_installed_scheme_package_validates_with_its_experiment(scheme_package, tmp_path) -> None:
-    """Installed as pip installs it (into a folder of its own), its experiment validates over params.yaml."""
-    import os
-    import shutil
-    import subprocess
-
     target, _ = scheme_package
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target",
-                           str(tmp_path / "site"), str(target)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    root = tmp_path / "project"
-    (root / "experiments").mkdir(parents=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    shutil.copy(target / "experiments" / f"{SCHEME}.yaml", root / "experiments")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path / "site")])}
-    for command, says in (("validate", "and 1 experiment file(s) valid"),
-                          ("partitions", f"{SCHEME:16s}{SCHEME:20s}clients=10 (scheme of plugin fedskew-skew-unit)")):
-        done = subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=300)
-        assert done.returncode == 0 and says in done.stdout, done.stderr[-3000:]
+    _installed_commands_pass(target, tmp_path, SCHEME, {
+        "validate": "and 1 experiment file(s) valid",
+        "partitions": f"{SCHEME:16s}{SCHEME:20s}clients=10 (scheme of plugin fedskew-skew-unit)"})
 
 
 @pytest.mark.parametrize("name, says", [
@@ -277,12 +288,7 @@ SOURCE_FILES = ["pyproject.toml", f"{SOURCE}/__init__.py", f"{SOURCE}/source.py"
 
 @pytest.fixture
 def source_package(tmp_path):
-    """A new dataset source package written into tmp_path/pkg; its modules leave sys.modules with the test."""
-    target = tmp_path / "pkg"
-    written = newpiece.create("dataset", SOURCE, target)
-    yield target, written
-    for module in [m for m in sys.modules if SOURCE in m]:
-        del sys.modules[module]
+    yield from _package(tmp_path, "dataset", SOURCE)
 
 
 def test_a_source_package_has_every_file_and_its_source_is_declared_as_its_entry_point(source_package) -> None:
@@ -311,25 +317,9 @@ def test_a_source_packages_own_tests_pass(source_package, monkeypatch) -> None:
 
 
 def test_an_installed_source_package_validates_with_its_experiment(source_package, tmp_path) -> None:
-    """Installed as pip installs it (into a folder of its own), its experiment validates over params.yaml."""
-    import os
-    import shutil
-    import subprocess
-
     target, _ = source_package
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "--target",
-                           str(tmp_path / "site"), str(target)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    root = tmp_path / "project"
-    (root / "experiments").mkdir(parents=True)
-    shutil.copy(REPO / "params.yaml", root / "params.yaml")
-    shutil.copy(target / "experiments" / f"{SOURCE}.yaml", root / "experiments")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path / "site")])}
-    for command, says in (("validate", "and 1 experiment file(s) valid"), ("datasets", f"{SOURCE}")):
-        done = subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=300)
-        assert done.returncode == 0 and says in done.stdout, done.stderr[-3000:]
+    _installed_commands_pass(target, tmp_path, SOURCE, {"validate": "and 1 experiment file(s) valid",
+                                                        "datasets": SOURCE})
 
 
 def test_a_source_name_taken_is_refused_and_nothing_is_written(tmp_path) -> None:

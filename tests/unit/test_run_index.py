@@ -6,7 +6,7 @@ import pytest
 from fedskew import paths
 from fedskew.cli import main
 from fedskew.config import load_params
-from fedskew.listings import RUN_INDEX_COLUMNS, run_index
+from fedskew.report.tables import RUN_INDEX_COLUMNS, run_index
 from tests.helpers import REPO
 
 PARAMS = load_params(REPO / "params.yaml", experiments=None)

@@ -59,6 +59,7 @@ rule aggregate:
                    category="suite {suite}", subcategory="tables", labels={"format": "csv"}),
         tex=paths.TABLE.format(suite="{suite}", ext="tex"),
         json=paths.TABLE.format(suite="{suite}", ext="json"),
+        runs=paths.RUN_INDEX,  # which run (run id) each cell reads
         # <dataset>_<partition>.png (accuracy curves), ..._final.png (dot plot), ..._local.png (local drift)
         figures=report(directory(paths.FIGURE_DIR), patterns=["{figure}.png"], caption="../report/figure.rst",
                        category="suite {suite}", subcategory=figure_kind, labels=figure_setting),
@@ -74,14 +75,17 @@ rule aggregate:
         "{PY} -m fedskew aggregate --suite {wildcards.suite} 2> {log}"
 
 
-# Which run each cell of a suite's tables reads: the run id of every grid point, from params.yaml alone (no run is
-# read), so that a table names the runs behind it and a changed setting shows as changed ids.
-rule run_index:
+# Each method against the suite's baseline (FedAvg), paired by seed, with its interval and the policy's verdicts
+# (`python -m fedskew compare`): `snakemake --cores all results/tables/compare/<suite>.md`.
+rule compare:
+    input:
+        runs=lambda w: run_files(suite_runs(w.suite)),
+        policy=local(str(Path(workflow.basedir).parent / "src/fedskew/reproduce/policy.yaml")),
     output:
-        paths.RUN_INDEX,
-    params:
-        ids=lambda w: [cfg.run_id for cfg in suite_runs(w.suite)],  # new ids rewrite the index
+        md=paths.COMPARISON.format(suite="{suite}", ext="md"),
+        csv=paths.COMPARISON.format(suite="{suite}", ext="csv"),
+        json=paths.COMPARISON.format(suite="{suite}", ext="json"),
     log:
-        "logs/run_index/{suite}.log",
+        "logs/compare/{suite}.log",
     shell:
-        "{PY} -m fedskew runs --suite {wildcards.suite} --write 2> {log}"
+        "{PY} -m fedskew compare --suite {wildcards.suite} --write 2> {log}"

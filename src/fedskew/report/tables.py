@@ -160,7 +160,24 @@ def _flat(summary: pd.DataFrame) -> dict[str, dict]:
             for r in summary.itertuples()}
 
 
+RUN_INDEX_COLUMNS = ("suite", "dataset", "partition", "method", "seed", "run_id")
+
+
+def run_index(params: Params, suite: str) -> str:
+    """A suite's run index as CSV: the run id of every run its tables read, by grid point, in the suite's order."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(RUN_INDEX_COLUMNS)
+    for cfg in params.suite_runs(suite):
+        writer.writerow([cfg.suite, cfg.dataset, cfg.partition, cfg.method, cfg.seed, cfg.run_id])
+    return out.getvalue()
+
+
 def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str, Path]:
+    """The suite's tables (md, csv, tex, json) and its run index (which run each cell reads), written atomically."""
     summary = statistics_over_seeds(collect(params, suite, root))
     table = wide_table(summary)
     out = {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in ("md", "csv", "tex", "json")}
@@ -169,4 +186,7 @@ def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str
     atomic_write_text(out["tex"], _latex(table, suite))
     atomic_write_text(out["csv"], _csv(summary))
     atomic_write_text(out["json"], json.dumps(_flat(summary), indent=2) + "\n")
+    out["runs"] = root / paths.RUN_INDEX.format(suite=suite)
+    out["runs"].parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out["runs"], run_index(params, suite))
     return out
