@@ -200,13 +200,10 @@ class Exchange(abc.ABC):
 
 
 class Algorithm:
-    """What every method, federated or split-federated, shares: a name, hyperparameters with
-    paper defaults, state kept across rounds, and how its model is evaluated.
-
-    The class is the one source of what the method is (fedskew.declarations): validation, the listings, the
-    figures' panels and docs/methods.md's table read these attributes, the built-in methods' through
-    src/fedskew/catalog.json (`python -m fedskew catalog --write`), a plugin's from its class.
-    """
+    """What every method, federated or split-federated, shares: a name, hyperparameters with paper defaults,
+    state kept across rounds, and how its model is evaluated. The class is the one source of what the method is
+    (fedskew.declarations): validation, the listings, the figures' panels and docs/methods.md's table read these
+    attributes, the built-in methods' through catalog.json (`python -m fedskew catalog --write`)."""
 
     name: ClassVar[str]
     family: ClassVar[Family]  # the engine runs the family's round
