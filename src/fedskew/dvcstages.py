@@ -195,17 +195,13 @@ class Uses:
         from fedskew.data.datasets import dataset_sources
         from fedskew.data.partitions.registry import SCHEME_CLASSES
 
+        classes = {"algorithm": [ALGORITHMS[params.method_spec(m)["algorithm"]] for m in self.methods],
+                   "source": [dataset_sources()[params.dataset_spec(d)["source"]] for d in self.datasets],
+                   "scheme": [SCHEME_CLASSES[params.partition_spec(p)["scheme"]] for p in self.partitions]}
         # A plugin's method, source or scheme is not fedskew's code: its runs change with its class's `version`
-        # (their ids)
-        return {"algorithm": {module for m in self.methods
-                              if (module := ALGORITHMS[params.method_spec(m)["algorithm"]].__module__)
-                              .startswith("fedskew.")},
-                "source": {module for d in self.datasets
-                           if (module := dataset_sources()[params.dataset_spec(d)["source"]].__module__)
-                           .startswith("fedskew.")},
-                "scheme": {module for p in self.partitions
-                           if (module := SCHEME_CLASSES[params.partition_spec(p)["scheme"]].__module__)
-                           .startswith("fedskew.")}}
+        # (their ids), so only fedskew's own modules are a stage's dependencies.
+        return {kind: {cls.__module__ for cls in found if cls.__module__.startswith("fedskew.")}
+                for kind, found in classes.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -72,8 +72,10 @@ def test_its_own_test_passes_one_round_as_fedavg(generated, monkeypatch) -> None
     target, _ = generated
     monkeypatch.syspath_prepend(str(target))  # as its pyproject's pytest pythonpath does
     test = _load(target / "tests" / f"test_{NAME}.py", f"test_{NAME}")
-    test.test_is_named_as_its_entry_point()
-    test.test_trains_one_round_as_fedavg_while_unchanged()
+    tests = sorted(name for name in dir(test) if name.startswith("test_"))
+    assert tests == ["test_is_named_as_its_entry_point", "test_trains_one_round_as_fedavg_while_unchanged"]
+    for name in tests:  # each asserts what it checks; a failure raises here
+        getattr(test, name)()
 
 
 def test_the_experiment_compares_it_with_fedavg_on_what_params_yaml_defines(generated) -> None:
@@ -183,9 +185,9 @@ def _package(tmp_path, kind: str, name: str):
         del sys.modules[module]
 
 
-def _installed_commands_pass(target, tmp_path, name: str, expected: dict[str, str]) -> None:
+def _installed_outputs(target, tmp_path, name: str, commands: tuple[str, ...]) -> dict[str, object]:
     """The package installed as pip installs it (into a folder of its own), its experiment copied beside the
-    shipped params.yaml: each command of `expected` passes and prints what it maps to."""
+    shipped params.yaml: each `python -m fedskew <command>`'s completed process, by command."""
     import os
     import shutil
     import subprocess
@@ -199,10 +201,8 @@ def _installed_commands_pass(target, tmp_path, name: str, expected: dict[str, st
     shutil.copy(REPO / "params.yaml", root / "params.yaml")
     shutil.copy(target / "experiments" / f"{name}.yaml", root / "experiments")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(tmp_path / "site")])}
-    for command, says in expected.items():
-        done = subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=300)
-        assert done.returncode == 0 and says in done.stdout, done.stderr[-3000:]
+    return {command: subprocess.run([sys.executable, "-m", "fedskew", command], cwd=root, env=env,
+                                    capture_output=True, text=True, timeout=300) for command in commands}
 
 
 @pytest.fixture
@@ -253,9 +253,11 @@ def test_a_scheme_packages_experiment_defines_its_partition_beside_iid(scheme_pa
 
 def test_an_installed_scheme_package_validates_with_its_experiment(scheme_package, tmp_path) -> None:
     target, _ = scheme_package
-    _installed_commands_pass(target, tmp_path, SCHEME, {
-        "validate": "and 1 experiment file(s) valid",
-        "partitions": f"{SCHEME:16s}{SCHEME:20s}clients=10 (scheme of plugin fedskew-skew-unit)"})
+    out = _installed_outputs(target, tmp_path, SCHEME, ("validate", "partitions"))
+    assert out["validate"].returncode == 0, out["validate"].stderr[-3000:]
+    assert "and 1 experiment file(s) valid" in out["validate"].stdout
+    assert out["partitions"].returncode == 0, out["partitions"].stderr[-3000:]
+    assert f"{SCHEME:16s}{SCHEME:20s}clients=10 (scheme of plugin fedskew-skew-unit)" in out["partitions"].stdout
 
 
 @pytest.mark.parametrize("name, says", [
@@ -318,8 +320,11 @@ def test_a_source_packages_own_tests_pass(source_package, monkeypatch) -> None:
 
 def test_an_installed_source_package_validates_with_its_experiment(source_package, tmp_path) -> None:
     target, _ = source_package
-    _installed_commands_pass(target, tmp_path, SOURCE, {"validate": "and 1 experiment file(s) valid",
-                                                        "datasets": SOURCE})
+    out = _installed_outputs(target, tmp_path, SOURCE, ("validate", "datasets"))
+    assert out["validate"].returncode == 0, out["validate"].stderr[-3000:]
+    assert "and 1 experiment file(s) valid" in out["validate"].stdout
+    assert out["datasets"].returncode == 0, out["datasets"].stderr[-3000:]
+    assert any(line.split()[:2] == [SOURCE, SOURCE] for line in out["datasets"].stdout.splitlines())
 
 
 def test_a_source_name_taken_is_refused_and_nothing_is_written(tmp_path) -> None:
