@@ -97,7 +97,9 @@ def source_digest(name: str) -> str:
 # The parameters each scheme draws with here: a new scheme needs an entry (the test below says so).
 SCHEME_PARAMS = {"iid": {"clients": 5}, "dirichlet": {"clients": 5, "beta": 0.5}, "quantity": {"clients": 5, "alpha": 2},
                  "quantity_per_label": {"clients": 5, "alpha": 2}, "shards": {"clients": 5, "shards_per_client": 2},
-                 "natural": {}}
+                 "natural": {}, "extended_dirichlet": {"clients": 5, "classes_per_client": 2, "beta": 0.5},
+                 "iid_mixture": {"clients": 5, "rho": 0.5, "beta": 0.5},
+                 "longtail_dirichlet": {"clients": 5, "imbalance_ratio": 2.0, "beta": 0.5, "min_size": 5}}
 
 
 def scheme_digest(name: str) -> str:

@@ -21,6 +21,7 @@ from fedskew.data.partitions import (
     plot_heatmap,
     save_partition,
 )
+from fedskew.data.partitions.registry import SCHEME_CLASSES
 
 C = 10
 
@@ -44,6 +45,9 @@ CONFIGS: dict[str, dict] = {
     "quantity_per_label": {"clients": 10, "alpha": 2},
     "shards": {"clients": 10, "shards_per_client": 2},
     "natural": {},
+    "extended_dirichlet": {"clients": 10, "classes_per_client": 2, "beta": 0.5},
+    "iid_mixture": {"clients": 10, "rho": 0.5, "beta": 0.5},
+    "longtail_dirichlet": {"clients": 10, "imbalance_ratio": 5.0, "beta": 0.5},
 }
 
 
@@ -89,13 +93,16 @@ def test_every_sample_once_and_counts(scheme: str, labels: np.ndarray) -> None:
     p = _make(labels, scheme)
     flat = np.concatenate(p.client_indices)
     assert flat.dtype == np.int64
-    assert np.array_equal(np.sort(flat), np.arange(len(labels)))
+    if SCHEME_CLASSES[scheme].leaves_samples_out:  # each sample at most once, some held by no client
+        assert np.unique(flat).size == flat.size < len(labels) and 0 <= flat.min() and flat.max() < len(labels)
+    else:
+        assert np.array_equal(np.sort(flat), np.arange(len(labels)))
     assert all(np.all(np.diff(ix) > 0) for ix in p.client_indices)  # sorted, unique
     assert p.label_counts.dtype == np.int64
     assert p.label_counts.shape == (p.num_clients, C)
     for k, ix in enumerate(p.client_indices):
         assert np.array_equal(p.label_counts[k], np.bincount(labels[ix], minlength=C))
-    assert p.label_counts.sum(axis=0).tolist() == np.bincount(labels, minlength=C).tolist()
+    assert p.label_counts.sum(axis=0).tolist() == np.bincount(labels[flat], minlength=C).tolist()
     assert p.meta["scheme"] == scheme and p.meta["seed"] == 0 and p.meta["dataset"] == "toy"
     assert p.meta["num_samples"] == len(labels) and p.meta["num_classes"] == C
     assert len(p.content_hash) == 64

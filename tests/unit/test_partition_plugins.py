@@ -221,7 +221,8 @@ def test_a_broken_plugin_stops_every_command_in_one_line_naming_its_distribution
 # --- what a scheme declares ---------------------------------------------------------------------------------------
 
 def test_every_built_in_scheme_declares_what_a_plugin_must() -> None:
-    assert list(BUILT_IN) == ["dirichlet", "iid", "natural", "quantity", "quantity_per_label", "shards"]
+    assert list(BUILT_IN) == ["dirichlet", "extended_dirichlet", "iid", "iid_mixture", "longtail_dirichlet", "natural",
+                              "quantity", "quantity_per_label", "shards"]
     assert {name: scheme_problem(cls, name) for name, cls in BUILT_IN.items()} == dict.fromkeys(BUILT_IN)
 
 

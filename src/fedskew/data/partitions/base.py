@@ -75,6 +75,9 @@ class Scheme:
     """The defaults of the optional parameters (derived from ``parameters``)."""
     drops_empty_clients: ClassVar[bool] = False
     """Whether a client that receives no sample is dropped (a gap in given ids) rather than refused."""
+    leaves_samples_out: ClassVar[bool] = False
+    """Whether the draw leaves some samples to no client by design (a long tail thins its classes); every
+    other scheme gives each sample to exactly one client. No scheme gives a sample to two."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -93,7 +93,7 @@ def make_partition(
     drawn = registry.SCHEMES[scheme](labels, num_classes, p, rng, natural_groups=natural_groups, dataset=dataset)
     client_indices = [np.sort(np.asarray(ix, dtype=np.int64)) for ix in drawn]
     client_indices, dropped = _drop_or_refuse_empty_clients(client_indices, scheme, p, n, dataset)
-    _check_each_sample_once(client_indices, n, scheme)
+    _check_each_sample_once(client_indices, n, scheme, registry.SCHEME_CLASSES[scheme].leaves_samples_out)
 
     meta = {
         "dataset": str(dataset),
@@ -141,8 +141,12 @@ def _drop_or_refuse_empty_clients(client_indices: list[np.ndarray], scheme: str,
     return [ix for ix in client_indices if ix.size], empty
 
 
-def _check_each_sample_once(client_indices: list[np.ndarray], n: int, scheme: str) -> None:
-    """The invariant of every scheme: each of the ``n`` samples is held by exactly one client (else a bug)."""
-    held = np.concatenate(client_indices) if client_indices else np.zeros(0, np.int64)
-    if held.size != n or not np.array_equal(np.sort(held), np.arange(n)):
+def _check_each_sample_once(client_indices: list[np.ndarray], n: int, scheme: str, leaves_out: bool) -> None:
+    """The invariant of every scheme: each of the ``n`` samples is held by exactly one client, or by at most one
+    where the scheme leaves samples out by design (`Scheme.leaves_samples_out`); else a bug."""
+    held = np.sort(np.concatenate(client_indices)) if client_indices else np.zeros(0, np.int64)
+    if leaves_out:
+        if held.size and (held[0] < 0 or held[-1] >= n or np.any(held[1:] == held[:-1])):
+            raise AssertionError(f"partition scheme {scheme!r} gave a sample to two clients, or one that is not there")
+    elif held.size != n or not np.array_equal(held, np.arange(n)):
         raise AssertionError(f"partition scheme {scheme!r} did not assign each sample exactly once")
