@@ -22,6 +22,7 @@ from fedskew.report.compare import cmd_compare
 from fedskew.newpiece import cmd_new
 from fedskew.packed.commands import add_parser as add_packed_parser
 from fedskew.packed.commands import cmd_packed
+from fedskew.reproduce.commands import add_parser as add_claims_parser, cmd_claims
 from fedskew.runfiles import RunFileError
 
 log = logging.getLogger("fedskew")
@@ -101,15 +102,6 @@ def cmd_paper_table(params: Params, args: argparse.Namespace) -> None:
                           f"known: {', '.join(paper_table_ids())}")
     write_paper_table(params, args.table, Path(paths.PAPER_TABLE.format(table=args.table, ext="md")),
                       Path(paths.PAPER_TABLE.format(table=args.table, ext="json")))
-
-
-def cmd_claims(params: Params, args: argparse.Namespace) -> None:
-    from fedskew.reproduce.claim import VERDICTS
-    from fedskew.reproduce.ledger import write_ledger
-
-    records = write_ledger(params, Path(paths.CLAIMS.format(ext="md")), Path(paths.CLAIMS.format(ext="json")))
-    counts = ", ".join(f"{sum(r['verdict'] == v for r in records)} {v}" for v in VERDICTS)
-    log.info("%d claims: %s", len(records), counts)
 
 
 def _suites_of(params: Params, names: list[str] | None) -> list[str]:
@@ -270,7 +262,7 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", required=True)
     p = sub.add_parser("paper-table", help="a paper's table in its own layout, ours beside the paper's values")
     p.add_argument("--table", required=True, help="e.g. fedlc_t4 (see src/fedskew/reproduce/papers/)")
-    sub.add_parser("claims", help="the claims ledger: every paper claim with its verdict (results/claims.md)")
+    add_claims_parser(sub)
     sub.add_parser("cost", help="runs and estimated compute of every paper table (markdown)")
     about = ("list the suites of params.yaml: the paper tables each fills, whether make run or make reproduce "
              "builds it, its runs and their estimated compute (as cost counts it), partitions, methods and datasets")

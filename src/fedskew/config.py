@@ -196,6 +196,11 @@ class Params:
         the experiments."""
         return list(dict.fromkeys([*self.raw["run"]["suites"], *self.experiment_suites]))
 
+    def compared(self, suite: str) -> bool:
+        """Whether the suite's methods are compared against a baseline (`fedskew compare`, built beside its
+        tables): it runs two methods or more."""
+        return len(self.raw["suites"][suite]["methods"]) >= 2
+
     def suite_runs(self, suite: str) -> list[RunConfig]:
         """`runs([suite])`, computed once per suite (the reproduction looks suites up per cell)."""
         cache = self.__dict__.setdefault("_suite_runs", {})

@@ -43,13 +43,14 @@ def _name_matching(node: dict, pattern: str) -> str:
 
 
 def builds(params: Params, stage: Stage) -> Any:
-    """What a stage builds, as params.yaml decides it: its datasets, its partitions, or its suite's run ids."""
+    """What a stage builds, as params.yaml decides it: its datasets, its partitions, or the run ids of its suites
+    (those it trains, or those whose runs it reads)."""
     if stage.phase == "download":
         return {d: params.dataset_spec(d) for d, _, _ in sorted(params.partitions_needed())}
     if stage.phase == "partition":
         return {f"{d}/{p}/seed{s}": [params.dataset_spec(d), params.partition_spec(p)]
                 for d, p, s in sorted(params.partitions_needed())}
-    return sorted(cfg.run_id for cfg in params.runs([stage.suite]))
+    return sorted(cfg.run_id for cfg in params.runs(list(stage.suites)))
 
 
 def _changed_builds(params: Params, stage: Stage, recorded: dict[str, Any]) -> str | None:

@@ -4,7 +4,9 @@ dvc.yaml is written, never edited: `python -m fedskew dvc-stages` writes it from
 src/fedskew, and a test fails while the committed one is not what it writes.
 
 - One stage a phase: `download`, `partition`, and `train-<suite>`, `aggregate-<suite>` for each suite of
-  `run.suites` (a stage name takes letters, digits, `_` and `-`: a dot of a suite's name becomes `_`). Each calls
+  `run.suites`, `compare-<suite>` for each that runs two methods or more, `claims-<name>` for each claims file of
+  experiments/claims/ about suites of `run.suites` (a stage name takes letters, digits, `_` and `-`: a dot of a
+  suite's name becomes `_`). Each calls
   one Snakemake target (Snakemake reruns the jobs whose inputs or run ids changed; the outputs are `persist`ed so
   DVC does not delete them first).
 - Its `deps` are the files its code runs: the modules its entry points import (every `import` of fedskew's own
@@ -57,6 +59,10 @@ PHASES = {
     "train": Phase("train", ("fedskew.config", "fedskew.job"), "workflow/rules/train.smk"),
     "aggregate": Phase("aggregate", ("fedskew.config", "fedskew.report.tables", "fedskew.report.figures",
                                      "fedskew.report.local_drift"), "workflow/rules/aggregate.smk"),
+    "compare": Phase("compare", ("fedskew.config", "fedskew.report.compare"), "workflow/rules/aggregate.smk"),
+    # a ledger of one's own: the command's file, and the own ledger it writes with --file (not the papers')
+    "claims": Phase("claims", ("fedskew.config", "fedskew.reproduce.commands:add_parser", "fedskew.reproduce.own_ledger"),
+                    "workflow/rules/reproduce.smk"),
 }
 
 # The modules that import every file of their package to find its members (fedskew.discovery), with the kind of
@@ -261,7 +267,7 @@ def suite_keys(params: Params, suite: str) -> list[Key]:
 class Stage:
     name: str
     phase: str
-    suite: str | None  # None: the stage serves every suite of run.suites
+    suites: tuple[str, ...]  # the suites whose runs it trains or reads; (): it serves every suite of run.suites
     body: dict
 
 
@@ -287,12 +293,12 @@ def stages(params: Params, root: Path) -> list[Stage]:
     settings = [param_key(params, "suites", s, "settings") for s in suites]
     datasets = [param_key(params, "datasets", d) for d in every.datasets]
     found = [
-        Stage("download", "download", None, {
+        Stage("download", "download", (), {
             "cmd": "snakemake --cores all download_all",
             "deps": code("download", suites),
             "params": dvc_params([Key(None, "run.suites"), *settings, *datasets]),
             "outs": [{"data/raw": {"persist": True}}]}),
-        Stage("partition", "partition", None, {
+        Stage("partition", "partition", (), {
             "cmd": "snakemake --cores all partition_all",
             "deps": ["data/raw", *code("partition", suites)],
             "params": dvc_params([Key(None, "run.suites"), *settings,
@@ -301,34 +307,63 @@ def stages(params: Params, root: Path) -> list[Stage]:
             "outs": [{"data/partitions": {"persist": True}}]}),
     ]
     for suite in suites:
-        found.append(Stage(stage_name("train", suite), "train", suite, {
+        found.append(Stage(stage_name("train", suite), "train", (suite,), {
             "cmd": f"snakemake --cores all results/runs/{suite}/TRAINED",
             "deps": ["data/raw", "data/partitions", *code("train", [suite])],
             "params": dvc_params(suite_keys(params, suite)),
             "outs": [{f"results/runs/{suite}": {"persist": True}},
                      {f"results/checkpoints/{suite}": {"persist": True}}]}))
     for suite in suites:
-        found.append(Stage(stage_name("aggregate", suite), "aggregate", suite, {
+        found.append(Stage(stage_name("aggregate", suite), "aggregate", (suite,), {
             "cmd": f"snakemake --cores all results/tables/{suite}.md",
-            "deps": [f"results/runs/{suite}", *code("aggregate", [suite])],
+            "deps": [f"results/runs/{suite}", "data/partitions", *code("aggregate", [suite])],  # label counts
             "params": dvc_params(suite_keys(params, suite)),  # the tables print every spec and the protocol
             "outs": [*({f"results/tables/{suite}.{ext}": {"cache": False}} for ext in ("md", "csv", "tex")),
                      {f"results/tables/runs/{suite}.csv": {"cache": False}}],
             "metrics": [{f"results/tables/{suite}.json": {"cache": False}}],
             "plots": [{f"results/figures/{suite}": {"cache": False}}]}))
+    for suite in filter(params.compared, suites):
+        found.append(Stage(stage_name("compare", suite), "compare", (suite,), {
+            "cmd": f"snakemake --cores all results/tables/compare/{suite}.md",
+            "deps": [f"results/runs/{suite}", "data/partitions", *code("compare", [suite])],
+            "params": dvc_params(suite_keys(params, suite)),
+            "outs": [{f"results/tables/compare/{suite}.{ext}": {"cache": False}} for ext in ("md", "csv", "png")],
+            "metrics": [{f"results/tables/compare/{suite}.json": {"cache": False}}]}))
+    return found + _own_ledger_stages(params, root, code)
+
+
+def _own_ledger_stages(params: Params, root: Path, code) -> list[Stage]:
+    """`claims-<name>` for each claims file of experiments/claims/ whose suites are all of `run.suites` (the others'
+    runs are outside DVC's stages, as their tables are)."""
+    from fedskew.reproduce.own_claims import CLAIMS_FOLDER, LEDGER, claims_files, load_own_claims
+
+    found = []
+    for path in claims_files(root / CLAIMS_FOLDER):
+        own = load_own_claims(path, params)
+        if not set(own.suites) <= set(params.default_suites):
+            continue
+        found.append(Stage(stage_name("claims", own.name), "claims", tuple(own.suites), {
+            "cmd": f"snakemake --cores all {LEDGER.format(name=own.name, ext='md')}",
+            "deps": [(CLAIMS_FOLDER / path.name).as_posix(), *(f"results/runs/{s}" for s in own.suites),
+                     *code("claims", own.suites)],
+            "params": dvc_params([k for s in own.suites for k in suite_keys(params, s)]),
+            "outs": [{LEDGER.format(name=own.name, ext="md"): {"cache": False}}],
+            "metrics": [{LEDGER.format(name=own.name, ext="json"): {"cache": False}}]}))
     return found
 
 
 HEADER = f"""\
 # Written by `{STAGES_COMMAND}` from params.yaml and the imports of src/fedskew: do not edit it, run that
-# again (after a change of run.suites, of a suite's names, or of the modules a phase imports; fedskew.dvcstages says
-# what each phase runs). tests/unit/test_dvc_lock.py fails while this file is not what it writes.
+# again (after a change of run.suites, of a suite's names, of experiments/claims/ or of the modules a phase
+# imports; fedskew.dvcstages says what each phase runs). tests/unit/test_dvc_lock.py fails while this file is not
+# what it writes.
 #
 # DVC versions what the Snakemake workflow produces; it keeps no second DAG. Each stage calls one Snakemake target,
 # which reruns only the jobs whose inputs or run ids changed (outputs are `persist`ed so DVC does not delete them
 # first). `deps` are the modules the phase runs and the earlier stages' outputs; `params` are the keys of
-# params.yaml it reads, by name, so `dvc status` names exactly the stages a change affects. Train and aggregate are
-# one stage per suite of run.suites. A dot in a key's name is written `?`: DVC splits key paths at dots.
+# params.yaml it reads, by name, so `dvc status` names exactly the stages a change affects. Train, aggregate and
+# compare are one stage per suite of run.suites, an own ledger one per claims file about them. A dot in a key's
+# name is written `?`: DVC splits key paths at dots.
 """
 
 

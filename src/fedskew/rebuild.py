@@ -2,30 +2,25 @@
 
 Two ways, one comparison (`docs/design.md`, "Rebuilding and proving it"):
 
-- `fedskew run` (`make run`) builds `run.suites` in place: Snakemake trains the runs that are
-  missing or stale (all of them on a fresh clone, whose run files are DVC outputs and not in
-  git), then rebuilds every table of those suites from the run files, then compares each table
-  with the committed one. It leaves the project as `snakemake --cores all` would: a second
-  `snakemake` has nothing to do.
-- `fedskew verify --suite S` (`make verify SUITE=S`) trains the suite from its seeds in a
-  scratch project under `.verify/S/` (the project's params.yaml, its verified raw data, nothing
-  else) and compares the tables built there. It never writes into `results/`.
-- `fedskew verify --suite S --method M... --seed N...` retrains only those runs, for a suite too long
-  to retrain whole (FL-FCR's MNIST suite is a night on two cores). The scratch project takes the
-  suite's committed runs (results/committed-runs/S/, or results/imported/S/), sets the chosen ones
-  aside, trains them again from their seeds and compares each with its committed files: config.yaml
-  and history.csv byte for byte, metrics.json without its provenance (which machine and commit
-  trained it). The tables are then rebuilt from the retrained and the other committed runs.
+- `fedskew run` (`make run`) builds `run.suites` in place: Snakemake trains the runs that are missing or
+  stale (all of them on a fresh clone, whose run files are DVC outputs and not in git), then rebuilds every
+  table of those suites from the run files, then compares each table with the committed one. It leaves the
+  project as `snakemake --cores all` would: a second `snakemake` has nothing to do.
+- `fedskew verify --suite S` (`make verify SUITE=S`) trains the suite from its seeds in a scratch project
+  under `.verify/S/` (the project's params.yaml, its verified raw data, nothing else) and compares the tables
+  built there. It never writes into `results/`.
+- `fedskew verify --suite S --method M... --seed N...` retrains only those runs, for a suite too long to retrain
+  whole (FL-FCR's MNIST suite is a night on two cores). The scratch project takes the suite's committed runs
+  (results/committed-runs/S/, or results/imported/S/), sets the chosen ones aside, trains them again from their
+  seeds and compares each with its committed files: config.yaml and history.csv byte for byte, metrics.json
+  without its provenance (machine and commit). The tables are then rebuilt from all of them.
 
-The reference of the comparison is read before anything is built: the table as committed at
-HEAD when it is tracked by git, else the file as it was before the build. So nothing committed
-is overwritten before it has been compared, and a difference is reported cell by cell, never
-silently replaced. Snakemake and DVC keep their own semantics: `make run` adds only a forced
-re-aggregation (cheap) to what `snakemake --cores all` does.
-
-Snakemake runs as a child process (fedskew.snakemake_run), its output going to
-`logs/rebuild/<suite...>.log`; one line is printed per progress step and per finished run (its final
-accuracy), from its job events.
+A suite's tables are compared with its comparison's (`fedskew compare`: md, csv, json), where it has one.
+The reference is read before anything is built: each file as committed at HEAD when git tracks it, else as it
+was before the build. So nothing committed is overwritten before it has been compared, and a difference is
+reported cell by cell, never silently replaced. `make run` adds only a forced re-aggregation and comparison
+(cheap) to what `snakemake --cores all` does. Snakemake runs as a child process (fedskew.snakemake_run), its
+output in `logs/rebuild/<suite...>.log`; one line is printed per progress step and per finished run.
 """
 
 from __future__ import annotations
@@ -44,10 +39,10 @@ from fedskew.config import Params
 from fedskew.snakemake_run import run_snakemake, snakemake_env
 
 TABLE_EXTS = ("md", "csv", "tex", "json")
+COMPARISON_EXTS = ("md", "csv", "json")  # a suite's comparison (fedskew compare), where it has one
 SCRATCH = Path(".verify")
 LOG_DIR = Path("logs/rebuild")
-# The figures of a table are rebuilt with it but not compared: a PNG's bytes depend on the
-# matplotlib and libpng build, not on the numbers (the numbers are in the tables).
+# The figures are rebuilt but not compared: a PNG's bytes follow the matplotlib and libpng build, not the numbers.
 
 
 @dataclass(frozen=True)
@@ -75,10 +70,11 @@ def _show(value: float | None, scale: float = 1.0) -> str:
 
 @dataclass
 class TableCheck:
-    """The comparison of one suite's four table files with their references."""
+    """The check of one suite's table files (and its comparison's) against their references."""
 
     suite: str
     reference: str  # "HEAD 1a2b3c4" or "the file before the build" or "none"
+    files: int = len(TABLE_EXTS)  # the files compared: its tables, and its comparison's
     differing_files: list[str] = field(default_factory=list)
     missing_reference: list[str] = field(default_factory=list)
     cells: list[CellDiff] = field(default_factory=list)
@@ -104,19 +100,21 @@ class TableCheck:
         return f"{self.suite}: " + "; ".join(parts)
 
 
-def table_files(suite: str, root: Path = Path(".")) -> dict[str, Path]:
-    return {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in TABLE_EXTS}
+def table_files(suite: str, root: Path = Path("."), compared: bool = False) -> dict[str, Path]:
+    """A suite's table files by name (`default.md`), and its comparison's (`compare/default.md`) if `compared`."""
+    files = {f"{suite}.{ext}": root / paths.TABLE.format(suite=suite, ext=ext) for ext in TABLE_EXTS}
+    return files | ({f"compare/{suite}.{ext}": root / paths.COMPARISON.format(suite=suite, ext=ext)
+                     for ext in COMPARISON_EXTS} if compared else {})
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60)
 
 
-def read_references(suite: str, root: Path = Path(".")) -> tuple[str, dict[str, bytes | None]]:
-    """Each table file of `suite` as committed at HEAD (when git tracks it), else as it is now.
-
-    Read before a build, so that a rebuild cannot overwrite what it is compared with."""
-    files = table_files(suite, root)
+def read_references(suite: str, root: Path = Path("."), compared: bool = False) -> tuple[str, dict[str, bytes | None]]:
+    """Each table file of `suite` (and its comparison's if `compared`) as committed at HEAD (when git tracks
+    them), else as it is now: read before a build, so that a rebuild cannot overwrite what it is compared with."""
+    files = table_files(suite, root, compared)
     try:
         head = _git(root, "rev-parse", "--short", "HEAD")
         tracked = head.returncode == 0 and all(
@@ -162,22 +160,23 @@ def _is_nan(value: object) -> bool:
 
 def compare(suite: str, built_root: Path, reference_label: str, references: dict[str, bytes | None]) -> TableCheck:
     """Compare the table files built under `built_root` with `references` (read by `read_references`)."""
-    check = TableCheck(suite, reference_label)
-    built = {ext: path.read_bytes() for ext, path in table_files(suite, built_root).items()}
-    for ext in TABLE_EXTS:
-        name = f"{suite}.{ext}"
-        if references.get(ext) is None:
+    check = TableCheck(suite, reference_label, len(references))
+    files = table_files(suite, built_root, compared=len(references) > len(TABLE_EXTS))
+    built = {name: path.read_bytes() for name, path in files.items()}
+    for name in files:
+        if references.get(name) is None:
             check.missing_reference.append(name)
-        elif references[ext] != built[ext]:
+        elif references[name] != built[name]:
             check.differing_files.append(name)
-    if references.get("json") is not None and references["json"] != built["json"]:
-        check.cells = cell_differences(references["json"], built["json"])
+    table = f"{suite}.json"
+    if references.get(table) is not None and references[table] != built[table]:
+        check.cells = cell_differences(references[table], built[table])
     return check
 
 
 def closing_line(checks: list[TableCheck], how: str) -> str:
     """The one line a rebuild ends with."""
-    tables = len(checks) * len(TABLE_EXTS)
+    tables = sum(c.files for c in checks)
     if all(c.identical for c in checks):
         suites = ", ".join(c.suite for c in checks)
         return f"fedskew: {how} {suites}: all {tables} tables are identical, byte for byte, to {checks[0].reference}."
@@ -199,10 +198,16 @@ def report(checks: list[TableCheck], how: str, max_cells: int = 40) -> str:
     return "\n".join(lines)
 
 
+def _targets(params: Params, suites: list[str]) -> list[str]:
+    """The Snakemake targets that rebuild the suites' tables and, where a suite has one, its comparison."""
+    return [paths.TABLE.format(suite=s, ext="md") for s in suites] + [
+        paths.COMPARISON.format(suite=s, ext="md") for s in suites if params.compared(s)]
+
+
 def run_in_place(params: Params, suites: list[str], root: Path = Path("."), cores: str = "all") -> tuple[int, str]:
     """`make run`: train what is missing, rebuild the suites' tables from the run files, compare.
     Returns (exit code, closing report)."""
-    references = {suite: read_references(suite, root) for suite in suites}
+    references = {suite: read_references(suite, root, params.compared(suite)) for suite in suites}
     runs = params.runs(suites)
     log_path = root / LOG_DIR / f"{'+'.join(suites)}.log"
     log_path.unlink(missing_ok=True)
@@ -211,9 +216,8 @@ def run_in_place(params: Params, suites: list[str], root: Path = Path("."), core
     trained = [str(cfg.path(paths.RUN_METRICS)) for cfg in runs]
     code = run_snakemake(["--cores", cores, *trained], cwd=root, runs=runs, log_path=log_path, env=env)
     if code == 0:
-        tables = [str(paths.TABLE.format(suite=s, ext="md")) for s in suites]
-        code = run_snakemake(["--cores", cores, "--forcerun", "aggregate", "--", *tables], cwd=root, runs=[],
-                             log_path=log_path, env=env)
+        code = run_snakemake(["--cores", cores, "--forcerun", "aggregate", "compare", "--", *_targets(params, suites)],
+                             cwd=root, runs=[], log_path=log_path, env=env)
     if code != 0:
         return code, f"fedskew: the build failed; nothing was compared (see {log_path})"
     checks = [compare(s, root, *references[s]) for s in suites]
@@ -259,7 +263,7 @@ def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores:
     With `methods` or `seeds`, retrain only those runs beside the suite's committed ones (module docstring)."""
     if methods or seeds:
         return _verify_some_runs(params, suite, root, cores, keep, select_runs(params, suite, methods, seeds))
-    label, references = read_references(suite, root)
+    label, references = read_references(suite, root, params.compared(suite))
     scratch, log_path = _scratch_project(suite, root)
     runs = params.runs([suite])
     print(f"fedskew: rebuilding {suite} from its seeds in {scratch} ({len(runs)} runs; Snakemake's output: "
@@ -267,7 +271,7 @@ def verify_in_scratch(params: Params, suite: str, root: Path = Path("."), cores:
     env = {**snakemake_env(), "FEDSKEW_TRACKING": "0"}  # a check, not a result: the MLflow store stays as it is
     snakefile = (root / "workflow" / "Snakefile").resolve()
     code = run_snakemake(["--snakefile", str(snakefile), "--directory", str(scratch), "--cores", cores,
-                          paths.TABLE.format(suite=suite, ext="md")], cwd=scratch, runs=runs, log_path=log_path,
+                          *_targets(params, [suite])], cwd=scratch, runs=runs, log_path=log_path,
                          env=env)
     if code != 0:
         return code, (f"fedskew: rebuilding {suite} failed; nothing was compared (see {log_path}; "
@@ -349,7 +353,7 @@ def _verify_some_runs(params: Params, suite: str, root: Path, cores: str, keep: 
     if not archives:
         raise ConfigError(f"suite {suite!r} has no committed runs to compare with (results/committed-runs/{suite}/ "
                           f"holds no archive): verify it whole, without --method and --seed")
-    label, references = read_references(suite, root)
+    label, references = read_references(suite, root, params.compared(suite))
     scratch, log_path = _scratch_project(suite, root)
     env = {**snakemake_env(), "FEDSKEW_TRACKING": "0"}
     kept = f"the scratch project is kept in {scratch}"
@@ -366,7 +370,9 @@ def _verify_some_runs(params: Params, suite: str, root: Path, cores: str, keep: 
     print(f"fedskew: retraining {len(selected)} of {len(params.runs([suite]))} runs of {suite} from their seeds in "
           f"{scratch}, beside its committed runs (Snakemake's output: {log_path})", flush=True)
     snakefile = (root / "workflow" / "Snakefile").resolve()
-    code = run_snakemake(["--snakefile", str(snakefile), "--directory", str(scratch), "--cores", cores,
+    partitions = [paths.PARTITION_JSON.format(dataset=d, partition=p, seed=k)  # every run's: the per-client
+                  for d, p, k in params.partitions_needed([suite])]             # outcomes of the tables read them
+    code = run_snakemake(["--snakefile", str(snakefile), "--directory", str(scratch), "--cores", cores, *partitions,
                           *(str(cfg.path(paths.RUN_METRICS)) for cfg in selected)], cwd=scratch, runs=selected,
                          log_path=log_path, env=env)
     if code != 0:
@@ -376,7 +382,9 @@ def _verify_some_runs(params: Params, suite: str, root: Path, cores: str, keep: 
         run_dir = cfg.path(paths.RUN_DIR)
         if diff := run_file_differences(committed / run_dir, scratch / run_dir):
             differing[run_dir.as_posix()] = diff
-    if _fedskew(["aggregate", "--suite", suite], scratch, env, log_path) != 0:
+    rebuilt = [["aggregate", "--suite", suite]] + ([["compare", "--suite", suite, "--write"]]
+                                                   if params.compared(suite) else [])
+    if any(_fedskew(args, scratch, env, log_path) != 0 for args in rebuilt):
         return 1, f"fedskew: rebuilding the tables of {suite} failed (see {log_path}; {kept})"
     check = compare(suite, scratch, label, references)
     lines = [f"  {run}: {', '.join(diff)}" for run, diff in differing.items()]

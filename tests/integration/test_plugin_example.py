@@ -7,6 +7,7 @@ PYTHONPATH: fedskew finds its entry point there, and the project's environment s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -50,7 +51,7 @@ def _project(tmp_path: Path) -> Path:
     root = make_copy(tmp_path, yaml.safe_load((REPO / "params.yaml").read_text()))
     shutil.copy(REPO / "params.yaml", root / "params.yaml")  # verbatim, comments and all
     experiment = yaml.safe_load((EXAMPLE / "experiments" / "focal.yaml").read_text())
-    experiment["suites"]["focal"]["seeds"] = [0]
+    experiment["suites"]["focal"]["seeds"] = [0, 1]  # two seeds: a paired interval
     experiment["training"]["focal"].update(rounds=2, checkpoint_every=2)
     (root / "experiments").mkdir()
     (root / "experiments" / "focal.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
@@ -90,11 +91,18 @@ def test_its_experiment_validates_and_builds_its_table_with_mlflow_records(site,
     described = _in(root, site, sys.executable, "-m", "fedskew", "suites", "--suite", "focal", "--no-cost")
     assert described.returncode == 0 and "fedfocal" in described.stdout, described.stderr[-3000:]
 
-    built = _in(root, site, venv_bin("snakemake"), "--cores", "2", "results/tables/focal.md")
+    built = _in(root, site, venv_bin("snakemake"), "--cores", "2", "results/tables/focal.md",
+                "results/tables/compare/focal.md")
     assert built.returncode == 0, built.stderr[-4000:]
     table = (root / "results/tables/focal.md").read_text()
     assert "| fedfocal |" in table and "| fedavg |" in table and "digits / dir0.1" in table
-    assert len(list((root / "results/runs/focal").glob("digits/dir0.1/*/seed0/metrics.json"))) == 2
+    assert len(list((root / "results/runs/focal").glob("digits/dir0.1/*/seed*/metrics.json"))) == 2 * 2
+    # the user's suite gets the comparison a shipped suite gets: fedfocal against fedavg, paired over both seeds
+    compared = json.loads((root / "results/tables/compare/focal.json").read_text())
+    assert [(c["partition"], c["method"], c["baseline"], c["seeds"]) for c in compared] == [
+        ("dir0.1", "fedfocal", "fedavg", [0, 1])]
+    assert compared[0]["low"] <= compared[0]["mean"] <= compared[0]["high"]
+    assert "| digits / dir0.1 | fedfocal | 2 |" in (root / "results/tables/compare/focal.md").read_text()
 
     import mlflow
 

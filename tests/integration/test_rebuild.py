@@ -91,16 +91,16 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     done = fedskew(clone, "run")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[-1].startswith("fedskew: rebuilt tiny: all 4 tables are identical, byte for byte, to the "
+    assert lines[-1].startswith("fedskew: rebuilt tiny: all 7 tables are identical, byte for byte, to the "
                                 "committed tables (HEAD ")
     # a readable progress: one line per trained run with its accuracy, no Snakemake job blocks
     trained = [line for line in lines if line.startswith("  trained ")]
     assert len(trained) == 8 and all("final accuracy" in line and line.endswith(" %") for line in trained)
-    # and a line per step, counted from Snakemake's job events: the training, then the forced aggregation
+    # and a line per step, from Snakemake's job events: the training, then the forced aggregation and comparison
     steps = [re.fullmatch(r"\[ *\d+ s\] (\d+) of (\d+) steps \(\d+%\) done", line) for line in lines]
     counts = [(int(m[1]), int(m[2])) for m in steps if m]
     total = counts[0][1]
-    assert counts == [(k, total) for k in range(1, total + 1)] + [(1, 1)] and total > 8
+    assert counts == [(k, total) for k in range(1, total + 1)] + [(1, 2), (2, 2)] and total > 8
     assert "rule train:" not in done.stdout and "jobid" not in done.stdout
     assert len(list((clone / "results/runs/tiny").rglob("metrics.json"))) == 8
     assert git(clone, "status", "--porcelain", "results/tables") == ""
@@ -147,7 +147,7 @@ def test_make_verify_rebuilds_from_the_seeds_in_a_scratch_project(tmp_path, orig
 
     done = fedskew(project, "verify", "--suite", "tiny", "--cores", "2")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1].startswith("fedskew: rebuilt from the seeds tiny: all 4 tables "
+    assert done.stdout.strip().splitlines()[-1].startswith("fedskew: rebuilt from the seeds tiny: all 7 tables "
                                                             "are identical")
     assert {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()} == before
     assert not (project / ".verify/tiny").exists()  # removed once identical
@@ -159,7 +159,7 @@ def test_make_verify_rebuilds_from_the_seeds_in_a_scratch_project(tmp_path, orig
     assert lines[0].startswith("fedskew: retraining 2 of 8 runs of tiny from their seeds")
     assert lines[-2] == ("fedskew: retrained 2 runs of tiny: each identical to its committed run (config.yaml and "
                          "history.csv byte for byte, metrics.json but for its provenance).")
-    assert lines[-1].startswith("fedskew: rebuilt with those runs retrained tiny: all 4 tables are identical")
+    assert lines[-1].startswith("fedskew: rebuilt with those runs retrained tiny: all 7 tables are identical")
     assert len([line for line in lines if line.startswith("  trained fedlc on digits/")]) == 2
     assert {p: p.stat().st_mtime_ns for p in (project / "results").rglob("*") if p.is_file()} == before
     assert not (project / ".verify/tiny").exists()

@@ -42,8 +42,9 @@ def test_the_shipped_ledger_target_plans_training_of_reproduce_suites_only(tmp_p
     assert {p for p in inputs["fedlc_t4_synthetic"] if p.startswith(str(root / "src"))} == {
         str(transcriptions / "papers/fedlc_t4.yaml"), str(transcriptions / "layouts/fedlc.yaml")}
     runs = load_params(root / "params.yaml").runs(["default"])
-    assert inputs["default"] == {str(cfg.path(name)) for cfg in runs
-                                 for name in (paths.RUN_METRICS, paths.RUN_HISTORY, paths.RUN_CONFIG)}
+    assert inputs["default"] == {str(cfg.path(name)) for cfg in runs  # and its partition's summary (per-client outcomes)
+                                 for name in (paths.RUN_METRICS, paths.RUN_HISTORY, paths.RUN_CONFIG,
+                                              paths.PARTITION_JSON)}
 
 
 def test_ledger_and_paper_tables_build_from_a_tiny_suite(tmp_path, tiny_params) -> None:

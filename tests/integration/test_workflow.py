@@ -41,6 +41,10 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     assert (root / "results/tables/tiny.tex").read_text().startswith("% fedskew suite tiny")
     assert sorted(p.name for p in (root / "results/figures/tiny").glob("*.png")) == [
         "digits_dir0.5.png", "digits_dir0.5_final.png", "digits_q2.png", "digits_q2_final.png"]
+    # the comparison beside the table: scala against fedavg in both settings, two seeds each
+    compared = json.loads((root / "results/tables/compare/tiny.json").read_text())
+    assert sorted((c["partition"], c["method"], c["baseline"], len(c["seeds"])) for c in compared) == [
+        ("dir0.5", "scala", "fedavg", 2), ("q2", "scala", "fedavg", 2)]
 
     # Every run and every metric point reached the one SQLite store.
     from fedskew.tracking import count_runs, tracking_uri
@@ -71,12 +75,14 @@ def test_snakemake_builds_tables_runs_and_mlflow_records_with_parallel_jobs(tmp_
     again = run([venv_bin("snakemake"), "--cores", "2", "-n"], root)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
-    # The tables and figures read all three files of every run: a change to any one re-runs aggregate, and only it.
+    # The tables, figures and the comparison read all three files of every run: a change to any one re-runs
+    # aggregate and compare, and only them.
     tables = {f"results/tables/tiny.{ext}" for ext in ("md", "csv", "tex", "json")} | {
         "results/figures/tiny", "results/tables/runs/tiny.csv"}
+    comparison = {f"results/tables/compare/tiny.{ext}" for ext in ("md", "csv", "json", "png")}
     for name in ("metrics.json", "history.csv", "config.yaml"):
         with changed(metrics[0].parent / name):
-            assert planned(root) == {"aggregate": tables}, name
+            assert planned(root) == {"aggregate": tables, "compare": comparison}, name
     assert planned(root) == {}
 
 

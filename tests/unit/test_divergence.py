@@ -47,7 +47,9 @@ def test_recorded_divergence_reaches_the_table(project, tiny_params):
     summary = json.loads((project / "results/tables/tiny.json").read_text())
     assert summary["digits/dir0.5/fedavg"] == {"final_acc_mean": None, "final_acc_std": None,
                                                "seeds": 0, "diverged": 2,
-                                               "mb_up_mean": None, "mb_down_mean": None}  # no whole run to count
+                                               "mb_up_mean": None, "mb_down_mean": None,  # no whole run to count
+                                               **{f"final_clients_{n}_acc_{s}": None for n in ("mean", "worst10",
+                                                  "spread") for s in ("mean", "std")}}  # nor per-client outcomes
     # The recording policy does not change what a converging run is: same run id.
     assert cfg.run_id == load_params({**tiny_params, "training": {"tiny": {
         k: v for k, v in tiny_params["training"]["tiny"].items() if k != "on_divergence"}}}).runs()[0].run_id

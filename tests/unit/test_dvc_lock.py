@@ -17,6 +17,7 @@ import yaml
 from fedskew import dvclock, dvcstages
 from fedskew.config import Params, load_params, read_params_file
 from fedskew.dvcstages import PHASES, DvcFilesError, SourceTree, Uses, param_key, stages, suite_keys
+from fedskew.reproduce import own_claims
 from tests.helpers import REPO
 
 RAW = read_params_file(REPO / "params.yaml")
@@ -54,7 +55,7 @@ def test_the_committed_dvc_lock_agrees_with_the_code_and_params_yaml() -> None:
 # deps: the modules a phase runs
 
 
-def test_a_suites_train_stage_runs_the_files_of_its_own_methods_sources_and_schemes_only() -> None:
+def test_a_suites_train_stage_runs_the_files_of_its_own_methods_sources_and_schemes_only(monkeypatch) -> None:
     deps = stage_deps(load_params(REPO / "params.yaml"), "train-default")  # fedavg, fedprox, fedlc; digits, synthetic
     for used in ("fl/fedavg.py", "fl/fedprox.py", "fl/fedlc.py", "fl/base.py", "fl/losses.py", "engine/simulation.py",
                  "models/net.py", "numerics/gemm.py", "job.py", "data/datasets/digits.py",
@@ -65,7 +66,9 @@ def test_a_suites_train_stage_runs_the_files_of_its_own_methods_sources_and_sche
         assert f"src/fedskew/{unused}" not in deps, unused
     assert deps[:2] == ["data/raw", "data/partitions"] and deps[-1] == "workflow/rules/train.smk"
 
-    # A split method brings its module (and what it imports) in; the federated ones it left stay out.
+    # A split method brings its module (and what it imports) in; the federated ones it left stay out. (The shipped
+    # claims file is about the default suite's own methods: it is left out here, as it would no longer load.)
+    monkeypatch.setattr(own_claims, "claims_files", lambda folder: [])
     suites = copy.deepcopy(RAW["suites"])
     suites["default"]["methods"] = ["scala"]
     split = stage_deps(params_with(suites=suites), "train-default")
@@ -93,7 +96,7 @@ def test_the_aggregate_stage_depends_on_the_paper_values_its_figures_read() -> N
 
 def _cli_command_modules(command: str) -> set[str]:
     """The fedskew modules `python -m fedskew <command>` reaches from cli.cmd_<command>: those it imports, and
-    those the CLI imports at its top that it names."""
+    those the CLI imports at its top that it names; or the module that cmd_<command> is imported from."""
     tree = ast.parse((REPO / "src/fedskew/cli.py").read_text())
     bound = {}
     for node in tree.body:
@@ -101,7 +104,9 @@ def _cli_command_modules(command: str) -> set[str]:
             for alias in node.names:
                 module = f"{node.module}.{alias.name}"
                 bound[alias.asname or alias.name] = module if SourceTree(REPO).file(module) else node.module
-    function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"cmd_{command}")
+    function = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == f"cmd_{command}"), None)
+    if function is None:  # the command's function lives in its own module, which the CLI imports it from
+        return {bound[f"cmd_{command}"]}
     named = {bound[n.id] for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in bound}
     own = {f"{n.module}" for n in ast.walk(function) if isinstance(n, ast.ImportFrom) and n.module}
     return {m for m in named | own if m.startswith("fedskew")}
@@ -190,10 +195,35 @@ def test_a_suite_with_a_dot_gets_a_stage_name_dvc_accepts_and_clashing_names_are
     params = params_with(run={"suites": ["default", "split_long_p0.2"]})
     names = [s.name for s in stages(params, REPO)]
     assert names == ["download", "partition", "train-default", "train-split_long_p0_2", "aggregate-default",
-                     "aggregate-split_long_p0_2"]
+                     "aggregate-split_long_p0_2", "compare-default", "compare-split_long_p0_2", "claims-default"]
     suites["split_long_p0_2"] = suites["split_long_p0.2"]
     training = {**copy.deepcopy(RAW["training"]), "split_long_p0_2": {"inherit": "split_long_p0.2"}}
     clash = load_params({**copy.deepcopy(RAW), "suites": suites, "training": training,
                          "run": {"suites": ["split_long_p0.2", "split_long_p0_2"]}})
     with pytest.raises(DvcFilesError, match="differ only by `.` and `_`.*rename one"):
         stages(clash, REPO)
+
+
+def test_a_claims_file_about_suites_of_run_suites_gets_a_ledger_stage_and_one_about_others_none(
+        tmp_path, monkeypatch) -> None:
+    params = load_params(REPO / "params.yaml")
+    ledger = next(s for s in stages(params, REPO) if s.name == "claims-default").body
+    assert ledger["cmd"] == "snakemake --cores all results/claims/default.md"
+    assert ledger["deps"][:2] == ["experiments/claims/default.yaml", "results/runs/default"]
+    for used in ("reproduce/own_ledger.py", "reproduce/verdicts.py", "reproduce/policy.yaml", "reproduce/commands.py"):
+        assert f"src/fedskew/{used}" in ledger["deps"], used
+    for unused in ("reproduce/ledger.py", "reproduce/side_evidence.py", "engine/simulation.py", "report/tables.py"):
+        assert f"src/fedskew/{unused}" not in ledger["deps"], unused  # the papers' ledger, training, the tables
+    assert ledger["outs"] == [{"results/claims/default.md": {"cache": False}}]
+    assert ledger["metrics"] == [{"results/claims/default.json": {"cache": False}}]
+
+    # A claims file about `methods` (not in run.suites): its runs are outside DVC's stages, and so is its ledger.
+    about_methods = tmp_path / "mine.yaml"
+    about_methods.write_text("suite: methods\nclaims:\n  - {id: m-01, statement: FedProx beats FedAvg, word: beats,"
+                             " subject: fedprox, against: [fedavg], columns: [digits / dir0.1]}\n")
+    monkeypatch.setattr(own_claims, "claims_files", lambda folder: [about_methods])
+    assert [s.name for s in stages(params, REPO) if s.phase == "claims"] == []
+    about_default = tmp_path / "ours.yaml"
+    about_default.write_text(about_methods.read_text().replace("suite: methods", "suite: default"))
+    monkeypatch.setattr(own_claims, "claims_files", lambda folder: [about_default])
+    assert [s.name for s in stages(params, REPO) if s.phase == "claims"] == ["claims-ours"]

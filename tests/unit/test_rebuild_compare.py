@@ -10,14 +10,14 @@ COMMITTED = {"digits/q2/fedavg": {"final_acc_mean": 0.772222, "final_acc_std": 0
              "digits/q2/fedlc": {"final_acc_mean": 0.634259, "final_acc_std": 0.135927, "seeds": 3}}
 
 
-def write_tables(root, suite, cells, text="| method |"):
-    for ext, path in rebuild.table_files(suite, root).items():
+def write_tables(root, suite, cells, text="| method |", compared=False):
+    for name, path in rebuild.table_files(suite, root, compared).items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cells, indent=2) + "\n" if ext == "json" else f"{text} {ext}\n")
+        path.write_text(json.dumps(cells, indent=2) + "\n" if name.endswith(".json") else f"{text} {name}\n")
 
 
-def references(root, suite):
-    return {ext: path.read_bytes() for ext, path in rebuild.table_files(suite, root).items()}
+def references(root, suite, compared=False):
+    return {name: path.read_bytes() for name, path in rebuild.table_files(suite, root, compared).items()}
 
 
 def test_identical_tables_give_one_line_and_no_cells(tmp_path):
@@ -44,6 +44,17 @@ def test_a_moved_cell_is_named_with_both_values_and_the_difference_in_points(tmp
                     "2 cell(s) differ")
 
 
+def test_a_suites_comparison_is_checked_beside_its_tables(tmp_path):
+    write_tables(tmp_path / "a", "s", COMMITTED, compared=True)
+    write_tables(tmp_path / "b", "s", COMMITTED, compared=True)
+    check = rebuild.compare("s", tmp_path / "b", "HEAD", references(tmp_path / "a", "s", compared=True))
+    assert check.identical and rebuild.closing_line([check], "rebuilt") == (
+        "fedskew: rebuilt s: all 7 tables are identical, byte for byte, to HEAD.")
+    (tmp_path / "b" / "results/tables/compare/s.csv").write_text("dataset,moved\n")
+    check = rebuild.compare("s", tmp_path / "b", "HEAD", references(tmp_path / "a", "s", compared=True))
+    assert check.differing_files == ["compare/s.csv"] and check.cells == []
+
+
 def test_cells_that_appear_or_vanish_and_text_only_changes(tmp_path):
     fewer = {"digits/q2/fedavg": COMMITTED["digits/q2/fedavg"]}
     cells = rebuild.cell_differences(json.dumps(COMMITTED).encode(), json.dumps(fewer).encode())
@@ -58,7 +69,7 @@ def test_cells_that_appear_or_vanish_and_text_only_changes(tmp_path):
 
 def test_a_new_suite_is_not_a_difference(tmp_path):
     write_tables(tmp_path / "b", "new", COMMITTED)
-    check = rebuild.compare("new", tmp_path / "b", "nothing (no earlier tables)", dict.fromkeys(rebuild.TABLE_EXTS))
+    check = rebuild.compare("new", tmp_path / "b", "nothing (no earlier tables)", dict.fromkeys(rebuild.table_files("new")))
     assert not check.differs and not check.identical
     assert "no table differs, but not every table had a committed one" in rebuild.closing_line([check], "rebuilt")
 
@@ -67,7 +78,7 @@ def test_references_come_from_the_files_outside_git(tmp_path):
     write_tables(tmp_path, "s", COMMITTED)
     label, found = rebuild.read_references("s", tmp_path)
     assert label == "the tables as they were before the build"
-    assert json.loads(found["json"]) == COMMITTED
+    assert json.loads(found["s.json"]) == COMMITTED
 
 
 def write_run(folder, history="round,acc\n1,0.5\n", provenance="machine A", acc=0.5):

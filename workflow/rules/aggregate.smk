@@ -52,6 +52,10 @@ rule aggregate:
         # only, since the others do not change its figures (and on a fresh clone, where git writes src/ after
         # results/, they would look newer than its committed tables).
         transcriptions=lambda w: transcription_files(marked_paper_tables(w.suite)),
+        # The per-client outcomes weigh each run's per-class accuracies by its clients' label counts: the summary
+        # (.json) of every partition the suite's runs trained on (fedskew.client_outcomes).
+        partitions=lambda w: sorted(paths.PARTITION_JSON.format(dataset=d, partition=p, seed=s)
+                                    for d, p, s in P.partitions_needed([w.suite])),
     output:
         md=report(paths.TABLE.format(suite="{suite}", ext="md"), caption="../report/table.rst",
                   category="suite {suite}", subcategory="tables", labels={"format": "markdown"}),
@@ -75,16 +79,23 @@ rule aggregate:
         "{PY} -m fedskew aggregate --suite {wildcards.suite} 2> {log}"
 
 
-# Each method against the suite's baseline (FedAvg), paired by seed, with its interval and the policy's verdicts
-# (`python -m fedskew compare`): `snakemake --cores all results/tables/compare/<suite>.md`.
+# Each method against the suite's baseline (FedAvg where it runs), paired by seed, with its interval, the policy's
+# verdicts and, where inconclusive, the seeds that would decide it (`python -m fedskew compare`); `all` builds it
+# beside every table of a suite that runs two methods or more, with its figure.
+# The ledger's policy (src/fedskew/reproduce/policy.yaml) is code, as for the tables: DVC's compare stage depends
+# on it (fedskew.dvcstages). As a Snakemake input it would look newer than the committed comparison on a fresh
+# clone (git writes src/ after results/), and `snakemake` would plan to rebuild what is already there.
 rule compare:
     input:
         runs=lambda w: run_files(suite_runs(w.suite)),
-        policy=local(str(Path(workflow.basedir).parent / "src/fedskew/reproduce/policy.yaml")),
+        partitions=lambda w: sorted(paths.PARTITION_JSON.format(dataset=d, partition=p, seed=s)  # per-client
+                                    for d, p, s in P.partitions_needed([w.suite])),              # outcomes
     output:
         md=paths.COMPARISON.format(suite="{suite}", ext="md"),
         csv=paths.COMPARISON.format(suite="{suite}", ext="csv"),
         json=paths.COMPARISON.format(suite="{suite}", ext="json"),
+        figure=report(paths.COMPARISON.format(suite="{suite}", ext="png"), caption="../report/compare.rst",
+                      category="suite {suite}", subcategory="comparison"),
     log:
         "logs/compare/{suite}.log",
     shell:

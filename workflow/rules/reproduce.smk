@@ -5,6 +5,7 @@
 # targets never start a download or a GPU job. Both go into `snakemake --report` (category "papers");
 # `report_all` below gathers everything built for it.
 from fedskew.reproduce.claim import CLAIMS_DIR, load_claims
+from fedskew.reproduce.own_claims import CLAIMS_FOLDER, LEDGER, claims_files, ledger_path, load_own_claims
 from fedskew.reproduce.layouts import load_layouts
 from fedskew.reproduce.paper_tables import paper_table_ids
 from fedskew.reproduce.policy import POLICY_FILE
@@ -80,6 +81,43 @@ rule claims:
         "logs/claims.log",
     shell:
         "{PY} -m fedskew claims 2> {log}"
+
+
+# A ledger of one's own: the claims of experiments/claims/<name>.yaml about suites of params.yaml or experiments/
+# (docs/reproducing-papers.md, "Claims of your own"), judged on their runs as the papers' claims are on ours:
+# `snakemake --cores all results/claims/<name>.md`; `all` builds every one. Its runs are trained for it (the
+# suites' own, and those of the protocols it names on the same grid); a suite of `reproduce.imported` is imported.
+@functools.cache
+def own_claims_file(name):
+    """The claims file experiments/claims/<name>.yaml, checked: a problem stops the workflow before any job."""
+    try:
+        return load_own_claims(CLAIMS_FOLDER / f"{name}.yaml", P)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
+
+
+def own_ledgers():
+    """The ledger of every claims file in experiments/claims/."""
+    return [ledger_path(path, "md") for path in claims_files(CLAIMS_FOLDER)]
+
+
+# The policy is code here, as for `compare` (rules/aggregate.smk): `all` builds these ledgers, and as an input
+# the policy would look newer than a committed ledger on a fresh clone (git writes src/ after results/).
+rule own_claims:
+    input:
+        claims=local(str(CLAIMS_FOLDER / "{name}.yaml")),
+        runs=lambda w: run_files([cfg for cfg in own_claims_file(w.name).runs(P)
+                                  if cfg.suite not in P.imported_suites]),
+        imported=lambda w: imported_marks(own_claims_file(w.name).suites),
+    output:
+        md=LEDGER.format(name="{name}", ext="md"),
+        json=LEDGER.format(name="{name}", ext="json"),
+    log:
+        "logs/claims/{name}.log",
+    wildcard_constraints:
+        name=r"[^/]+",
+    shell:
+        "{PY} -m fedskew claims --file {input.claims} 2> {log}"
 
 
 def built_suite(suite):

@@ -20,7 +20,6 @@ plotted.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import pandas as pd
 
 from fedskew import metrics, paths
 from fedskew.config import Params
+from fedskew.report.drawing import pyplot, save_figure
 from fedskew.report.method_families import (CALIBRATION, DRIFT, FAMILIES, OTHER, PLAIN, SPLIT, method_family, panels,
                                             reference_method)
 from fedskew.runfiles import read_history, read_metrics
@@ -37,7 +37,6 @@ from fedskew.runfiles import read_history, read_metrics
 REFERENCE_STYLE = {"color": "0.35", "linestyle": "--", "linewidth": 1.6}
 FAMILY_COLOURS = {PLAIN: "tab:blue", DRIFT: "tab:orange", CALIBRATION: "tab:green", SPLIT: "tab:purple",
                   OTHER: "tab:brown"}
-DPI = 120
 
 
 @dataclass
@@ -167,17 +166,8 @@ def paper_values(suite: str) -> dict[tuple[str, str, str], list[PaperMark]]:
 # Drawing
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _method_colours(count: int) -> list:
-    plt = _pyplot()
+    plt = pyplot()
     tab10 = list(plt.get_cmap("tab10").colors)
     palette = tab10[:7] + tab10[8:] + [(0.0, 0.0, 0.0)]  # grey is the reference's: black instead
     if count > len(palette):
@@ -246,7 +236,7 @@ def _curve_axes(axes, panel_count: int, bands: list[pd.DataFrame]) -> None:
 
 def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: str, runs: list[SeedRun]):
     """The accuracy-curve figure of one setting (a matplotlib Figure; the caller saves and closes it)."""
-    plt = _pyplot()
+    plt = pyplot()
     methods = list(dict.fromkeys(r.method for r in runs))
     reference = reference_method(params, methods)
     groups = panels(params, methods)
@@ -271,7 +261,7 @@ def accuracy_curve_figure(params: Params, suite: str, dataset: str, partition: s
 def final_accuracy_figure(params: Params, suite: str, dataset: str, partition: str, runs: list[SeedRun],
                           paper: dict[tuple[str, str, str], list[PaperMark]] | None = None):
     """The final-accuracy dot plot of one setting (a matplotlib Figure)."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.lines import Line2D
 
     entries = final_stats(params, runs)
@@ -325,19 +315,6 @@ def final_accuracy_figure(params: Params, suite: str, dataset: str, partition: s
     return fig
 
 
-def _save(fig, path: Path) -> Path:
-    plt = _pyplot()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    try:
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 def write_figures(params: Params, suite: str, root: Path = Path(".")) -> list[Path]:
     """Both figures of every setting of the suite: <dataset>_<partition>.png and ..._final.png."""
     out_dir = root / paths.FIGURE_DIR.format(suite=suite)
@@ -346,8 +323,8 @@ def write_figures(params: Params, suite: str, root: Path = Path(".")) -> list[Pa
     written = []
     for (dataset, partition), runs in load_runs(params, suite, root).items():
         stem = out_dir / f"{dataset}_{partition}"
-        written.append(_save(accuracy_curve_figure(params, suite, dataset, partition, runs),
+        written.append(save_figure(accuracy_curve_figure(params, suite, dataset, partition, runs),
                              stem.with_name(stem.name + ".png")))
-        written.append(_save(final_accuracy_figure(params, suite, dataset, partition, runs, paper),
+        written.append(save_figure(final_accuracy_figure(params, suite, dataset, partition, runs, paper),
                              stem.with_name(stem.name + "_final.png")))
     return written

@@ -6,7 +6,10 @@ standard deviation over seeds, with the seed count. Under it, the same grid give
 method's traffic over the whole run (MB up / down: weights, activations, labels, gradients,
 statistics — whatever the method sends), so that FL and split-FL methods can be read side by
 side. The CSV has every summary value the registry puts in suite tables (balanced accuracy,
-the best-round accuracy, labelled as such: best-round figures are never the reported number).
+the best-round accuracy, labelled as such: best-round figures are never the reported number). Last come the
+per-client outcomes of the final round (fedskew.client_outcomes: the mean over the clients, the worst 10 % and
+the spread of the accuracy each client would see), in a grid of their own and in the CSV's and JSON's last
+columns; they read each run's partition summary beside its run files.
 """
 
 from __future__ import annotations
@@ -17,23 +20,30 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedskew import metrics, paths
+from fedskew import client_outcomes, metrics, paths
 from fedskew.config import Params
 from fedskew.metrics import Scale, Statistic
 from fedskew.runfiles import atomic_write_text, read_metrics
 
 
 def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
-    """One row per run of the suite, read from results/runs/.../metrics.json (verified)."""
-    rows = []
-    for cfg in params.runs([suite]):
-        rows.append({"status": "finished", **cfg.keys, **read_metrics(cfg, root)})
-    return pd.DataFrame(rows)
+    """One row per run of the suite, read from results/runs/.../metrics.json (verified), with its final round's
+    per-client outcomes (fedskew.client_outcomes: from history.csv and the partition's summary)."""
+    runs = params.runs([suite])
+    records = [read_metrics(cfg, root) for cfg in runs]   # an untrained or damaged run is named first
+    client_outcomes.require_partitions(runs, root)
+    return pd.DataFrame([{"status": "finished", **cfg.keys, **record, **client_outcomes.final_values(cfg, root)}
+                         for cfg, record in zip(runs, records)])
 
 
 def table_values() -> list[str]:
     """The summary values (metrics.json keys) that suite tables average over seeds, in their CSV's order."""
     return [m.key(s) for s in Statistic for m in metrics.summarised(s) if m.suite_table]
+
+
+def client_values() -> list[str]:
+    """The per-client outcomes that suite tables average over seeds, after the table values: `final_clients_*`."""
+    return client_outcomes.summary_keys()
 
 
 def _traffic() -> list[metrics.Metric]:
@@ -43,8 +53,9 @@ def _traffic() -> list[metrics.Metric]:
 
 def statistics_over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     """Per grid point, mean and sample std (ddof=1) of each table value over the seeds that finished;
-    diverged seeds are counted apart."""
-    values = table_values()
+    diverged seeds are counted apart. The per-client outcomes follow the counts, NaN where a finished seed has
+    none (a run trained before per-class accuracies were recorded): a mean over fewer seeds is not shown."""
+    values = table_values() + client_values()
     # A value no run of the suite recorded (a metric registered after they trained) is NaN, not an error.
     runs = runs.assign(diverged=runs["status"] == "diverged", **{key: math.nan for key in values if key not in runs})
     runs[values] = runs[values].astype(float)  # a diverged run has no accuracy (NaN)
@@ -55,7 +66,13 @@ def statistics_over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     out.columns = [f"{metric}_{stat}" for metric, stat in out.columns]
     out["seeds"] = grouped["seed"].count() - grouped["diverged"].sum()
     out["diverged"] = grouped["diverged"].sum()
-    return out.reset_index()
+    measured = grouped[client_values()].count()
+    for key in client_values():
+        short = measured[key] < out["seeds"]
+        out.loc[short, [f"{key}_mean", f"{key}_std"]] = math.nan
+    # the per-client outcomes last, so that every column before them stays where it was
+    last = [f"{key}_{stat}" for key in client_values() for stat in ("mean", "std")]
+    return out[[c for c in out.columns if c not in last] + last].reset_index()
 
 
 def _cell(mean: float, std: float, n: int, diverged: int = 0) -> str:
@@ -72,16 +89,35 @@ def _traffic_cell(totals: list[float]) -> str:
     return "n/a" if any(math.isnan(v) for v in totals) else " / ".join(f"{Scale.BYTES.shown(v):.2f}" for v in totals)
 
 
-def wide_table(summary: pd.DataFrame, traffic: bool = False) -> pd.DataFrame:
-    """Methods x settings: cells of the reported metric, or (traffic=True) MB up / down over the run."""
-    summary = summary.assign(setting=summary["dataset"] + " / " + summary["partition"])
+def _clients_cell(row: dict) -> str:
+    """The final round's per-client outcomes in %, "mean / worst 10 % / spread", each mean ± std over the seeds;
+    n/a where no seed has them (every seed diverged, or a seed without per-class accuracies)."""
+    if math.isnan(row[f"{client_values()[0]}_mean"]):
+        return "n/a"
+    shown = Scale.FRACTION.shown
+    parts = []
+    for key in client_values():
+        mean, std = row[f"{key}_mean"], row[f"{key}_std"]
+        parts.append(f"{shown(mean):.2f} ± " + ("n/a" if math.isnan(std) else f"{shown(std):.2f}"))
+    return " / ".join(parts)
+
+
+def _cells(summary: pd.DataFrame, traffic: bool, clients: bool) -> list[str]:
     if traffic:
         columns = [summary[f"{m.key(Statistic.TOTAL)}_mean"] for m in _traffic()]
-        summary["cell"] = [_traffic_cell(list(totals)) for totals in zip(*columns)]
-    else:
-        key = metrics.reported_key()
-        summary["cell"] = [_cell(m, s, n, d) for m, s, n, d in
-                           zip(summary[f"{key}_mean"], summary[f"{key}_std"], summary["seeds"], summary["diverged"])]
+        return [_traffic_cell(list(totals)) for totals in zip(*columns)]
+    if clients:
+        return [_clients_cell(row) for row in summary.to_dict("records")]
+    key = metrics.reported_key()
+    return [_cell(m, s, n, d) for m, s, n, d in
+            zip(summary[f"{key}_mean"], summary[f"{key}_std"], summary["seeds"], summary["diverged"])]
+
+
+def wide_table(summary: pd.DataFrame, traffic: bool = False, clients: bool = False) -> pd.DataFrame:
+    """Methods x settings: cells of the reported metric, or (traffic=True) MB up / down over the run, or
+    (clients=True) the final round's per-client mean / worst 10 % / spread."""
+    summary = summary.assign(setting=summary["dataset"] + " / " + summary["partition"])
+    summary["cell"] = _cells(summary, traffic, clients)
     table = summary.pivot(index="method", columns="setting", values="cell")
     methods = list(dict.fromkeys(summary["method"]))
     settings = list(dict.fromkeys(summary["setting"]))
@@ -115,25 +151,40 @@ def _markdown_grid(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *rows])
 
 
-def _markdown(table: pd.DataFrame, traffic: pd.DataFrame, suite: str, protocol: list[str]) -> str:
+CLIENTS_CAPTION = ("Per-client test accuracy at the final round (%): the accuracy each client would see, the "
+                   "classes weighed by its training label proportions; mean over the clients / mean of the worst "
+                   "10 % of them (⌈K/10⌉ clients) / spread (std over the clients); each mean ± std over the seeds "
+                   "that finished (docs/results.md, \"Per-client outcomes\")")
+
+
+def _markdown(table: pd.DataFrame, traffic: pd.DataFrame, clients: pd.DataFrame, suite: str,
+              protocol: list[str]) -> str:
     notes = "\n".join(f"- {line}" for line in protocol)
     return (f"# Suite `{suite}`\n\n{_markdown_grid(table)}\n\n"
             "Traffic over the whole run, MB sent up / down (mean over the seeds; every byte a method "
             f"sends: weights, activations, labels, gradients, statistics):\n\n{_markdown_grid(traffic)}\n\n"
+            f"{CLIENTS_CAPTION}:\n\n{_markdown_grid(clients)}\n\n"
             f"Protocol:\n\n{notes}\n")
 
 
-def _latex(table: pd.DataFrame, suite: str) -> str:
+def _latex_tabular(table: pd.DataFrame, comment: str) -> list[str]:
     def esc(text: str) -> str:
         return text.replace("_", r"\_").replace("%", r"\%").replace("±", r"$\pm$")
 
     spec = "l" + "c" * len(table.columns)
-    lines = [f"% fedskew suite {suite}: final-round test accuracy (%), mean $\\pm$ std over seeds",
-             f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
+    lines = [f"% {comment}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
              "method & " + " & ".join(esc(c) for c in table.columns) + r" \\", r"\midrule"]
     lines += [esc(method) + " & " + " & ".join(esc(c) for c in row) + r" \\"
               for method, row in zip(table.index, table.values)]
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return lines + [r"\bottomrule", r"\end{tabular}"]
+
+
+def _latex(table: pd.DataFrame, clients: pd.DataFrame, suite: str) -> str:
+    """The accuracy grid, then, after a blank line, the per-client outcomes' grid."""
+    lines = _latex_tabular(table, f"fedskew suite {suite}: final-round test accuracy (%), mean $\\pm$ std over seeds")
+    lines += ["", *_latex_tabular(clients, f"fedskew suite {suite}: per-client test accuracy at the final round (%), "
+                                           "mean / worst 10 % / spread over the clients, each mean $\\pm$ std over "
+                                           "seeds"), ""]
     return "\n".join(lines)
 
 
@@ -146,7 +197,8 @@ def _csv(summary: pd.DataFrame) -> str:
 
 def _flat(summary: pd.DataFrame) -> dict[str, dict]:
     """A flat metrics file for `dvc metrics show`: per grid point, the reported metric's mean and std, the seed
-    counts, and the seed mean of each metric with a `flat_key` (in the unit shown)."""
+    counts, the seed mean of each metric with a `flat_key` (in the unit shown), then the per-client outcomes'
+    mean and std (fractions, as the reported metric's)."""
     def number(value: float) -> float | None:
         return None if math.isnan(value) else round(value, 6)
 
@@ -156,7 +208,9 @@ def _flat(summary: pd.DataFrame) -> dict[str, dict]:
                 f"{reported}_mean": number(getattr(r, f"{reported}_mean")),
                 f"{reported}_std": number(getattr(r, f"{reported}_std")),
                 "seeds": int(r.seeds), "diverged": int(r.diverged),
-                **{m.flat_key: number(m.scale.shown(getattr(r, f"{key}_mean"))) for m, key in flat_means}}
+                **{m.flat_key: number(m.scale.shown(getattr(r, f"{key}_mean"))) for m, key in flat_means},
+                **{f"{key}_{stat}": number(getattr(r, f"{key}_{stat}")) for key in client_values()
+                   for stat in ("mean", "std")}}
             for r in summary.itertuples()}
 
 
@@ -182,8 +236,9 @@ def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str
     table = wide_table(summary)
     out = {ext: root / paths.TABLE.format(suite=suite, ext=ext) for ext in ("md", "csv", "tex", "json")}
     protocol = protocol_lines(params, suite)
-    atomic_write_text(out["md"], _markdown(table, wide_table(summary, traffic=True), suite, protocol))
-    atomic_write_text(out["tex"], _latex(table, suite))
+    clients = wide_table(summary, clients=True)
+    atomic_write_text(out["md"], _markdown(table, wide_table(summary, traffic=True), clients, suite, protocol))
+    atomic_write_text(out["tex"], _latex(table, clients, suite))
     atomic_write_text(out["csv"], _csv(summary))
     atomic_write_text(out["json"], json.dumps(_flat(summary), indent=2) + "\n")
     out["runs"] = root / paths.RUN_INDEX.format(suite=suite)

@@ -1,9 +1,11 @@
 """A paper's claim as a checkable statement: the `Claim` model, loaded from `claims/<paper>.yaml`.
 
-The claims ledger is three modules, each importing only those before it: `claim` (this one: what a
+The claims ledger is three steps, each importing only those before it: `claim` (this one: what a
 claim says, validated against its table and the policy) ← `verdicts` (each claim judged on the
-paper's printed numbers and on fedskew's runs) ← `ledger` (the verdicts rendered as
-`results/claims.md` and its JSON twin).
+paper's printed numbers and on fedskew's runs, with `combine` and `deciding`) ← `ledger` (the
+verdicts rendered as `results/claims.md` and its JSON twin, in the words of `render`). A ledger of
+one's own claims (`own_claims` ← `own_ledger`) is written over a suite's grid instead of a paper's
+table and takes the same steps (`check_claim` checks its claims against the suite's labels).
 
 Claims live in `claims/<paper>.yaml`, written over the paper's own tables (row and column
 labels of `papers/<id>.yaml`), so the same claim is evaluated on the paper's numbers (a
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import yaml
 
+from fedskew.config_errors import suggestion
 from fedskew.reproduce.paper_tables import load_paper_table
 from fedskew.reproduce.policy import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, WordRule, load_policy
 
@@ -109,15 +112,68 @@ class Claim:
         return self.kind in ("trend", "gap_trend") or self.threshold > 0
 
 
+def line_cells(claim: Claim, line: str) -> list[tuple[str, str]]:
+    """The (row, column) cells of one line of a trend claim, in its order."""
+    if claim.raw.get("along", "columns") == "rows":
+        return [(o, line) for o in claim.order]
+    return [(line, o) for o in claim.order]
+
+
+def claim_cells(claim: Claim) -> list[tuple[str, str]]:
+    """Every (row, column) cell a claim reads."""
+    if claim.kind == "gap":
+        return [(r, c) for c in claim.columns for r in (claim.subject, *claim.against)]
+    if claim.kind == "drop":
+        return [(r, c) for pair in claim.pairs for c in pair for r in (claim.subject, *claim.against)]
+    if claim.kind == "gap_trend":
+        return [(r, c) for c in claim.order for r in (claim.subject, *claim.against)]
+    return [cell for line in claim.for_each for cell in line_cells(claim, line)]
+
+
+# The fields each kind needs, and which of them are lists of labels (`pairs`: of [from, to] pairs).
+NEEDS = {"gap": ("subject", "against", "columns"), "drop": ("subject", "against", "pairs"),
+         "trend": ("order", "for_each", "direction"), "gap_trend": ("subject", "against", "order", "direction")}
+LISTS = ("against", "columns", "pairs", "order", "for_each")
+
+
 def _check(claim: Claim) -> None:
+    """A paper's claim against its table's labels and the policy (raises ClaimError)."""
     table = load_paper_table(claim.table)
-    rows, columns = set(table.rows), set(table.columns)
+    check_claim(claim, table.rows, table.columns)
+
+
+def check_claim(claim: Claim, rows, columns, table_name: str | None = None, listed: bool = False,
+                nouns: tuple[str, str] = ("rows", "columns")) -> None:
+    """A claim against the row and column labels of its table (named `table_name`, else `claim.table`) and the
+    policy: its kind, word, threshold, reading, quantifier, fields and labels (raises ClaimError). `listed`: a
+    label that is not there is reported with the labels that are (and the closest one); `nouns`: what the rows
+    and the columns are called."""
+    rows, columns = list(rows), list(columns)
 
     def need(labels, allowed, what):
         bad = [x for x in labels if x not in allowed]
         if bad:
-            raise ClaimError(f"claim {claim.id}: {what} {bad} not in {claim.table}")
+            hint = f"{suggestion(bad[0], allowed)}; they are: {', '.join(map(str, allowed))}" if listed else ""
+            raise ClaimError(f"claim {claim.id}: {what} {bad} not in {table_name or claim.table}{hint}")
 
+    _check_rule(claim)
+    _check_fields(claim)
+    if claim.kind in ("gap", "drop", "gap_trend"):
+        need([claim.subject, *claim.against], rows, nouns[0])
+    if claim.kind == "gap":
+        need(claim.columns, columns, nouns[1])
+    elif claim.kind == "drop":
+        need([c for pair in claim.pairs for c in pair], columns, nouns[1])
+    elif claim.kind == "gap_trend":
+        need(claim.order, columns, nouns[1])
+    else:
+        along_rows = claim.raw.get("along", "columns") == "rows"
+        need(claim.order, rows if along_rows else columns, "order labels")
+        need(claim.for_each, columns if along_rows else rows, "for_each labels")
+
+
+def _check_rule(claim: Claim) -> None:
+    """The claim's kind, its word's rule and threshold, and its reading and quantifier."""
     if claim.kind not in KINDS:
         raise ClaimError(f"claim {claim.id}: kind {claim.kind!r} is not one of {KINDS}")
     if "min_gap" in claim.raw:
@@ -134,20 +190,23 @@ def _check(claim: Claim) -> None:
         raise ClaimError(f"claim {claim.id}: better must be higher or lower")
     if claim.reading not in READINGS or claim.quantifier not in QUANTIFIERS:
         raise ClaimError(f"claim {claim.id}: reading must be one of {READINGS}, quantifier one of {QUANTIFIERS}")
-    if claim.kind in ("gap", "drop", "gap_trend"):
-        need([claim.subject, *claim.against], rows, "rows")
-    if claim.kind == "gap":
-        need(claim.columns, columns, "columns")
-    elif claim.kind == "drop":
-        if not all(isinstance(p, list) and len(p) == 2 for p in claim.pairs):
-            raise ClaimError(f"claim {claim.id}: pairs must be [from, to] column pairs")
-        need([c for pair in claim.pairs for c in pair], columns, "columns")
-    elif claim.kind == "gap_trend":
-        need(claim.order, columns, "columns")
-    else:
-        along_rows = claim.raw.get("along", "columns") == "rows"
-        need(claim.order, rows if along_rows else columns, "order labels")
-        need(claim.for_each, columns if along_rows else rows, "for_each labels")
+
+
+def _check_fields(claim: Claim) -> None:
+    """The fields the claim's kind needs, in their shapes: a subject label, lists of labels, [from, to] pairs."""
+    missing = [name for name in NEEDS[claim.kind] if name not in claim.raw]
+    if missing:
+        raise ClaimError(f"claim {claim.id}: a {claim.kind} claim needs {', '.join(NEEDS[claim.kind])}; "
+                         f"missing: {', '.join(missing)}")
+    if "subject" in NEEDS[claim.kind] and not isinstance(claim.subject, str):
+        raise ClaimError(f"claim {claim.id}: subject must be one row label, got {claim.subject!r}")
+    for name in (n for n in LISTS if n in NEEDS[claim.kind]):
+        value = claim.raw[name]
+        if not isinstance(value, list) or not value or (name != "pairs" and not all(isinstance(x, str) for x in value)):
+            what = "[from, to] column pairs" if name == "pairs" else "labels"
+            raise ClaimError(f"claim {claim.id}: {name} must be a list of {what}, got {value!r}")
+    if claim.kind == "drop" and not all(isinstance(p, list) and len(p) == 2 for p in claim.pairs):
+        raise ClaimError(f"claim {claim.id}: pairs must be [from, to] column pairs")
     if claim.kind in ("trend", "gap_trend") and claim.raw.get("direction") not in ("increasing", "decreasing"):
         raise ClaimError(f"claim {claim.id}: direction must be increasing or decreasing")
 

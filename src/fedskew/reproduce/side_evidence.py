@@ -18,7 +18,7 @@ from fedskew.reproduce.claim import load_claims
 from fedskew.reproduce.layouts import CellSpec, Layout, load_layouts
 from fedskew.reproduce.policy import decimals_for, judge
 from fedskew.reproduce.tables import read_cell
-from fedskew.reproduce.verdicts import conjunction
+from fedskew.reproduce.combine import conjunction
 
 
 # ------------------------------------------------------------------ offline proxies

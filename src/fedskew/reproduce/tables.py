@@ -85,7 +85,8 @@ class OurCell:
         return f"{self.mean:{sign}.{places}f}{spread} (n={self.n}{best}{imported}{extra})"
 
 
-def _cell_runs(params: Params, spec: CellSpec) -> list[RunConfig]:
+def cell_runs(params: Params, spec: CellSpec) -> list[RunConfig]:
+    """The runs (one a seed) of the suite's grid point that a cell names."""
     if spec.suite not in params.raw["suites"]:  # a project whose params.yaml leaves the paper suites out
         return []
     return [cfg for cfg in params.suite_runs(spec.suite)
@@ -96,7 +97,7 @@ def not_run_reason(params: Params, spec: CellSpec) -> str:
     """Why a cell's suite is not part of the reproduction, and what it would take (short: it sits in a cell):
     a CPU at the measured rate where there is one for its model and data, else a GPU; and where the data
     comes from."""
-    runs = _cell_runs(params, spec)
+    runs = cell_runs(params, spec)
     source = runs[0].dataset_spec["source"] if runs else None
     if source is None or source in OFFLINE_SOURCES:
         return f"{spec.suite} is not in reproduce.suites"
@@ -117,7 +118,7 @@ def read_cell(params: Params, spec: CellSpec, metric: str, reproduce_suites: set
     imported = spec.suite in params.imported_suites
     if spec.suite not in reproduce_suites and not imported:
         return OurCell(spec, not_run=not_run_reason(params, spec))
-    runs = _cell_runs(params, spec)
+    runs = cell_runs(params, spec)
     if not runs:
         return OurCell(spec, not_run=f"{spec.suite} does not run {spec.method} on {spec.dataset}/{spec.partition}")
     stale: set[int] = set()
@@ -179,9 +180,11 @@ def _best_value(cfg: RunConfig, root: Path, last_round: int | None, measure: met
     return measure.better.best(values)
 
 
-def our_cells(params: Params, layout: Layout, protocol: str | None, root: Path = Path(".")
-              ) -> dict[tuple[str, str], OurCell]:
-    suites = set(params.reproduce_suites)
+def our_cells(params: Params, layout: Layout, protocol: str | None, root: Path = Path("."),
+              suites: set[str] | None = None) -> dict[tuple[str, str], OurCell]:
+    """Our cells of a layout under one protocol, read from the runs of `suites` (default: reproduce.suites; a
+    suite of reproduce.imported reads the runs imported so far)."""
+    suites = set(params.reproduce_suites) if suites is None else suites
     rows = (*layout.table.rows, *layout.extra_rows)
     cells = {(r, c): read_cell(params, spec, layout.metric, suites, root)
              for r in rows for c in layout.table.columns

@@ -1,15 +1,18 @@
 """The claims' verdicts: each claim of `claim` judged on the paper's printed numbers and on fedskew's runs.
 
-Second of the claims ledger's three modules (claim ← verdicts ← ledger): it judges numbers and
+Second of the claims ledger's three steps (claim ← verdicts ← ledger): it judges numbers and
 writes no text; `ledger` renders what it returns (`evaluate_all`). The numbers it judges come from
 `cell_sources` (the paper's printed cells, or ours per seed). The evidence beside the verdicts (offline
-proxies, missing-class readings) is in `side_evidence`, on the same cell sources.
+proxies, missing-class readings) is in `side_evidence`, on the same cell sources. `judge_on_ours` is
+what every ledger asks of a claim on our runs, the papers' (`evaluate_all`) and one's own
+(`own_ledger`): its protocols, its verdict, its threshold sensitivity and, when inconclusive, the
+seeds that would decide it (`deciding`).
 
 Verdicts on fedskew's runs come from paired per-seed effects (method − baseline on the same
 seed) and their 95 % t-interval (`fedskew.reproduce.policy.judge`): **reproduced** when the
 interval lies on the claimed side of the threshold, **not reproduced** when it lies entirely on
 the other side, **inconclusive** when it straddles it or there is one seed. A claim's parts
-(columns, baselines, lines) combine as `combine_parts` says (**partly**: some parts reproduced,
+(columns, baselines, lines) combine as `combine.combine_parts` says (**partly**: some parts reproduced,
 not all); its protocols (the main one and each sensitivity protocol) as `combine_protocols`
 (**partly**: conclusive protocols disagree: the verdict hangs on a choice the paper leaves silent).
 **not run here** when no cell of the claim has our numbers (the reason is given).
@@ -27,63 +30,14 @@ from pathlib import Path
 
 from fedskew.config import Params
 from fedskew.reproduce.cell_sources import CellSource, OursSource, PaperSource, combined_effect, mean_value
-from fedskew.reproduce.claim import CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, load_claims
-from fedskew.reproduce.layouts import load_layouts
+from fedskew.reproduce.claim import (CONTRADICTED, DEPENDS, HOLDS, STRICTER, WITHIN_TOLERANCE, Claim, claim_cells,
+                                     line_cells, load_claims)
+from fedskew.reproduce.combine import combine_parts, combine_protocols, conjunction
+from fedskew.reproduce.deciding import seeds_to_decide_claim
+from fedskew.reproduce.layouts import Layout, load_layouts
 from fedskew.reproduce.paper_tables import load_paper_table
-from fedskew.reproduce.policy import (
-    INCONCLUSIVE,
-    NOT_REPRODUCED,
-    NOT_RUN,
-    PARTLY,
-    REPRODUCED,
-    Effect,
-    judge,
-    load_policy,
-)
+from fedskew.reproduce.policy import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, Effect, judge, load_policy
 from fedskew.reproduce.tables import our_cells, protocol_label
-
-
-# ------------------------------------------------------------------ combining verdicts
-def conjunction(verdicts: list[str]) -> str:
-    """Every judgement must hold (one part of a claim: a column against each baseline, a trend line)."""
-    if NOT_REPRODUCED in verdicts:
-        return NOT_REPRODUCED
-    return REPRODUCED if all(v == REPRODUCED for v in verdicts) else INCONCLUSIVE
-
-
-def combine_parts(verdicts: list[str], quantifier: str = "all") -> str:
-    """A claim's verdict from its parts (columns or lines) under the sentence's quantifier.
-
-    all: every part reproduced → reproduced; every part not reproduced → not reproduced; every part
-    inconclusive → inconclusive; some reproduced but not all → partly; none reproduced, some not
-    reproduced → not reproduced (the claim needs every part). most: reproduced when more than half
-    the parts are; not reproduced when at least half are not; else inconclusive.
-    """
-    run = [v for v in verdicts if v != NOT_RUN]
-    if not run:
-        return NOT_RUN
-    if quantifier == "most":
-        if run.count(REPRODUCED) > len(run) / 2:
-            return REPRODUCED
-        return NOT_REPRODUCED if run.count(NOT_REPRODUCED) >= len(run) / 2 else INCONCLUSIVE
-    if len(set(run)) == 1:
-        return run[0]
-    if REPRODUCED in run or PARTLY in run:
-        return PARTLY
-    return NOT_REPRODUCED if NOT_REPRODUCED in run else INCONCLUSIVE
-
-
-def combine_protocols(verdicts: list[str]) -> str:
-    """A claim's overall verdict from its protocols: the conclusive ones when they agree, else partly
-    (the verdict hangs on a choice the paper leaves silent). Inconclusive protocols (one seed, wide
-    intervals) decide nothing; with no conclusive protocol the claim is inconclusive."""
-    run = [v for v in verdicts if v != NOT_RUN]
-    if not run:
-        return NOT_RUN
-    conclusive = [v for v in run if v != INCONCLUSIVE]
-    if not conclusive:
-        return INCONCLUSIVE
-    return conclusive[0] if len(set(conclusive)) == 1 else PARTLY
 
 
 # ------------------------------------------------------------------ one claim on one source
@@ -164,12 +118,6 @@ def _evaluate_gap(claim: Claim, source: CellSource, factor: float) -> dict:
     return out
 
 
-def _line_cells(claim: Claim, line: str) -> list[tuple[str, str]]:
-    if claim.raw.get("along", "columns") == "rows":
-        return [(o, line) for o in claim.order]
-    return [(line, o) for o in claim.order]
-
-
 def _gap_series(claim: Claim, source: CellSource) -> list[list[tuple[float, dict]]] | None:
     """gap_trend: per column, the terms of sign · (subject − best baseline), the best by mean."""
     series = []
@@ -232,7 +180,7 @@ def _trend_line(claim: Claim, source: CellSource, factor: float, label: str) -> 
         series = _gap_series(claim, source)
         left_out = _diverged_in(source, [(b, c) for b in claim.against for c in claim.order])
     else:
-        cells = _line_cells(claim, label)
+        cells = line_cells(claim, label)
         values = [source.values(r, c) for r, c in cells]
         left_out = _diverged_in(source, cells)
         if any(v is None for v in values):
@@ -283,12 +231,14 @@ def paper_status(claim: Claim) -> dict:
 
 # ------------------------------------------------------------------ fedskew's runs
 def evaluate_on_ours(claim: Claim, params: Params, protocol: str | None, root: Path = Path("."),
-                     cells: dict | None = None, factor: float = 1.0) -> dict:
-    layout = load_layouts()[claim.table]
+                     cells: dict | None = None, factor: float = 1.0, layout: Layout | None = None) -> dict:
+    """The claim on our runs under one protocol of its table's layout (a paper table's, unless `layout` is given:
+    a suite's grid, `own_claims`), its policy magnitudes scaled by `factor`."""
+    layout = load_layouts()[claim.table] if layout is None else layout
     cells = our_cells(params, layout, protocol, root) if cells is None else cells
     source = OursSource(cells, layout.table.decimals)
     result = evaluate(claim, source, factor)
-    used = _claim_cells(claim)
+    used = claim_cells(claim)
     result["suites"] = sorted({cells[k].spec.suite for k in used if cells[k].n and cells[k].spec.suite})
     stale: dict[str, set[int]] = {}  # row -> seeds whose runs are out of date, left out (fedskew.stale)
     for k in used:
@@ -302,32 +252,46 @@ def evaluate_on_ours(claim: Claim, params: Params, protocol: str | None, root: P
     return result
 
 
-def _claim_cells(claim: Claim) -> list[tuple[str, str]]:
-    if claim.kind == "gap":
-        return [(r, c) for c in claim.columns for r in (claim.subject, *claim.against)]
-    if claim.kind == "drop":
-        return [(r, c) for pair in claim.pairs for c in pair for r in (claim.subject, *claim.against)]
-    if claim.kind == "gap_trend":
-        return [(r, c) for c in claim.order for r in (claim.subject, *claim.against)]
-    return [cell for line in claim.for_each for cell in _line_cells(claim, line)]
+class CellsCache:
+    """Our cells of each layout under each protocol, read once (several claims share a table)."""
+
+    def __init__(self, params: Params, root: Path = Path("."), suites: set[str] | None = None):
+        self.params, self.root, self.suites = params, root, suites
+        self._cells: dict[tuple, dict] = {}
+
+    def __call__(self, layout: Layout, protocol: str | None) -> dict:
+        # a protocol's label names what it swaps in its layout (a user's label maps to a suite of their choice)
+        key = (layout.table.id, protocol, repr(layout.protocols.get(protocol)) if protocol else None)
+        if key not in self._cells:
+            self._cells[key] = our_cells(self.params, layout, protocol, self.root, self.suites)
+        return self._cells[key]
 
 
-# ------------------------------------------------------------------ the whole ledger
+def judge_on_ours(claim: Claim, layout: Layout, cells_of: CellsCache) -> dict:
+    """A claim on our runs, as every ledger gives it: under each protocol of its layout (`ours`), combined
+    (`verdict`), at each of the policy's threshold multiples (`sensitivity`, the main protocol; threshold-bearing
+    claims only) and, when inconclusive, the seeds that would decide it (`seeds_to_decide`, `deciding`)."""
+    params, root = cells_of.params, cells_of.root
+    protocols = {protocol_label(p): evaluate_on_ours(claim, params, p, root, cells_of(layout, p), layout=layout)
+                 for p in (None, *layout.protocols)}
+    out = {"ours": protocols, "verdict": combine_protocols([r["verdict"] for r in protocols.values()])}
+    if claim.threshold_bearing:
+        main = cells_of(layout, None)
+        out["sensitivity"] = {str(f): evaluate_on_ours(claim, params, None, root, main, f, layout)["verdict"]
+                              for f in load_policy().sensitivity}
+    if out["verdict"] == INCONCLUSIVE:
+        out["seeds_to_decide"] = seeds_to_decide_claim(claim, layout, protocols, lambda p: cells_of(layout, p),
+                                                       params)
+    return out
+
+
+# ------------------------------------------------------------------ the papers' ledger
 def evaluate_all(params: Params, root: Path = Path(".")) -> list[dict]:
     records = []
-    cells_cache: dict[tuple[str, str | None], dict] = {}
-
-    def cells_of(table: str, protocol: str | None) -> dict:
-        if (table, protocol) not in cells_cache:
-            cells_cache[(table, protocol)] = our_cells(params, load_layouts()[table], protocol, root)
-        return cells_cache[(table, protocol)]
-
-    policy = load_policy()
+    cells_of = CellsCache(params, root)
     for claim in load_claims():
         layout = load_layouts()[claim.table]
-        protocols = {protocol_label(p): evaluate_on_ours(claim, params, p, root, cells_of(claim.table, p))
-                     for p in (None, *layout.protocols)}
-        paper = paper_status(claim)
+        ours = judge_on_ours(claim, layout, cells_of)
         record = {
             "id": claim.id, "paper": claim.paper, "section": claim.section, "table": claim.table,
             "statement": claim.statement, "quote": claim.quote, "kind": claim.kind, "word": claim.word,
@@ -335,14 +299,13 @@ def evaluate_all(params: Params, root: Path = Path(".")) -> list[dict]:
             "quantifier": claim.quantifier, "reading": claim.reading, "reading_note": claim.raw.get("reading_note"),
             "better": claim.raw.get("better", "higher"), "metric": layout.metric,
             "decimals": layout.table.decimals, "paper_note": claim.raw.get("paper_note"),
-            "on_paper": paper, "ours": protocols,
-            "verdict": combine_protocols([r["verdict"] for r in protocols.values()]),
+            "on_paper": paper_status(claim), "ours": ours["ours"], "verdict": ours["verdict"],
         }
-        if claim.threshold_bearing:
-            main_cells = cells_of(claim.table, None)
+        if "sensitivity" in ours:
             record["threshold_sensitivity"] = {
-                str(f): {"paper": evaluate(claim, PaperSource(layout.table), f)["verdict"],
-                         "ours": evaluate_on_ours(claim, params, None, root, main_cells, f)["verdict"]}
-                for f in policy.sensitivity}
+                f: {"paper": evaluate(claim, PaperSource(layout.table), float(f))["verdict"], "ours": verdict}
+                for f, verdict in ours["sensitivity"].items()}
+        if "seeds_to_decide" in ours:
+            record["seeds_to_decide"] = ours["seeds_to_decide"]
         records.append(record)
     return records

@@ -4,6 +4,9 @@
   kill-safe creation and repair.
 - `runs`: one MLflow run per fedskew run, followed live while a job trains (`LiveRun`) or logged at once
   from its run files (`log_run`), idempotent per fedskew run id.
+- `clients`: each evaluated round's per-client outcomes (fedskew.client_outcomes) as metrics of the section
+  `clients/`, and the tag saying whether a run has them.
+- `recorded`: what the store records: the fedskew experiments, their runs, each run's status.
 - `worker`: the job's tracking worker process (`python -m fedskew.tracking.worker`), which runs the
   `LiveRun`s beside the training so that MLflow's import and SQL work stay off the training's core.
 
@@ -11,17 +14,15 @@ The names below are the package's interface. Only the training job (fedskew.job)
 the store import it; MLflow itself is imported lazily, inside the functions that need it.
 """
 
+from fedskew.tracking.recorded import count_runs, fedskew_experiments, recorded_runs
 from fedskew.tracking.runs import (
     ERROR_TAG,
     RUN_KEY_TAG,
     LiveRun,
-    count_runs,
-    fedskew_experiments,
     flatten_params,
     git_state,
     log_run,
     mlflow_metric_key,
-    recorded_runs,
 )
 from fedskew.tracking.store import TrackingStoreError, ensure_store, sqlite_store_path, tracking_uri
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fedskew.metrics import mlflow_section
+from fedskew.tracking import clients
 from fedskew.tracking.store import (
     TrackingStoreError,
     ensure_store,
@@ -160,8 +161,9 @@ def mlflow_metric_key(key: str) -> str:
     return key if section is None else f"{section}/{key}"
 
 
-def _metrics(history: list[dict], timestamp: int) -> list[Any]:
-    """Every numeric value of every history row as an MLflow metric at step = round.
+def _metrics(history: list[dict], timestamp: int, label_counts: list[list[int]] | None = None) -> list[Any]:
+    """Every numeric value of every history row as an MLflow metric at step = round, and each evaluated row's
+    per-client outcomes (fedskew.tracking.clients) where the partition's label counts are known.
 
     All points share one timestamp (the run's start), so logging the same history again
     (a retry, a backfill) reproduces identical points, which MLflow stores once.
@@ -170,7 +172,8 @@ def _metrics(history: list[dict], timestamp: int) -> list[Any]:
 
     return [Metric(mlflow_metric_key(key), float(value), timestamp, int(row["round"]))
             for row in history for key, value in row.items()
-            if key != "round" and isinstance(value, numbers.Real) and not isinstance(value, bool)]
+            if key != "round" and isinstance(value, numbers.Real) and not isinstance(value, bool)] + [
+        Metric(key, value, timestamp, step) for key, value, step in clients.metric_values(history, label_counts)]
 
 
 def _find_run(client: Any, experiment_id: str, key: str) -> Any | None:
@@ -219,6 +222,9 @@ class LiveRun:
         self._start_time = 0
         self._pending: list[dict] = []
         self._last_flush: float | None = None
+        # the partition's label counts, for the per-client outcomes; the tag says whether they are logged
+        self._label_counts, outcomes = clients.label_counts(self.project_root, params)
+        self.tags = {**tags, clients.TAG: outcomes}
 
     def _guard(self, what: str, action: Any) -> None:
         if self.error is not None:
@@ -292,7 +298,7 @@ class LiveRun:
             self._guard("logging metrics", self._flush)
 
     def _flush(self) -> None:
-        metrics = _metrics(self._pending, self._start_time)
+        metrics = _metrics(self._pending, self._start_time, self._label_counts)
         with store_lock(self.uri):
             for batch in _chunks(metrics, MAX_METRICS_PER_BATCH):
                 self._client.log_batch(self.run_id, metrics=batch)
@@ -349,48 +355,3 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
                                     f"{run.uri} failed{marked}: {exc}")) from exc
     log.info("logged run %s (%s) to %s", run_name, run.run_id, redacted(run.uri))
     return run.run_id
-
-
-def recorded_runs(uri: str, experiment: str) -> dict[str, str]:
-    """fedskew run id -> MLflow status of the runs in an experiment (FINISHED wins over others)."""
-    client_class = import_mlflow(uri)
-    with store_lock(uri):
-        ensure_store(uri)
-        client = client_class(tracking_uri=uri)
-        found = client.get_experiment_by_name(experiment)
-        runs = [] if found is None else list(_all_runs(client, found.experiment_id))
-    status: dict[str, str] = {}
-    for run in runs:
-        key = run.data.tags.get(RUN_KEY_TAG)
-        if key and status.get(key) != "FINISHED":
-            status[key] = run.info.status
-    return status
-
-
-def _all_runs(client: Any, experiment_id: str) -> Iterator[Any]:
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        yield from page
-        token = page.token
-        if not token:
-            return
-
-
-def fedskew_experiments(uri: str) -> list[tuple[str, str]]:
-    """(name, experiment id) of the store's fedskew experiments (`fedskew/<suite>`), by name."""
-    client_class = import_mlflow(uri)
-    with store_lock(uri):
-        client = client_class(tracking_uri=uri)
-        found = client.search_experiments(filter_string="name LIKE 'fedskew/%'")
-    return sorted((e.name, e.experiment_id) for e in found)
-
-
-def count_runs(uri: str, experiment: str) -> int:
-    """Number of runs in an experiment (0 if it does not exist); takes the store lock like log_run."""
-    client_class = import_mlflow(uri)
-    with store_lock(uri):
-        ensure_store(uri)
-        client = client_class(tracking_uri=uri)
-        found = client.get_experiment_by_name(experiment)
-        return 0 if found is None else sum(1 for _ in _all_runs(client, found.experiment_id))

@@ -1,0 +1,68 @@
+"""Per-client outcomes in MLflow: each evaluated round's `clients/mean_acc`, `clients/worst10_acc` and
+`clients/spread_acc` (fedskew.client_outcomes), beside the history's own metrics.
+
+A run's MLflow record derives them from its history rows and its partition's label counts: live, in the job's
+tracking worker (the training job has drawn the partition it trains on), and from run files, in a backfill
+(`fedskew track`, `packed import`), from the project's data/partitions/. The tag `fedskew.client_outcomes` says
+whether they were logged: `logged`, or why not (`missing <path>`: the partition summary is not in this project,
+as after importing runs trained elsewhere; `not a fedskew run`: params that name no partition). A run recorded
+without them (by a fedskew that did not log them, or while its partition was missing) does not count as
+recorded (`recorded_runs`), so the next `track` or `packed import` logs it again, completing the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedskew import client_outcomes
+
+log = logging.getLogger(__name__)
+
+TAG = "fedskew.client_outcomes"
+LOGGED = "logged"
+NOT_A_RUN = "not a fedskew run"   # params without dataset, partition and seed (a test's, an experiment's own)
+INCOMPLETE = " (no per-client outcomes)"   # what `recorded_runs` appends to the status of a run recorded without
+
+
+def label_counts(project_root: Path, params: Mapping[str, Any]) -> tuple[list[list[int]] | None, str]:
+    """The label counts of the run's partition and the tag value saying whether its outcomes can be logged."""
+    try:
+        dataset, partition, seed = params["dataset"], params["partition"], int(params["seed"])
+    except (KeyError, TypeError, ValueError):
+        return None, NOT_A_RUN
+    path = client_outcomes.partition_summary(Path(project_root), str(dataset), str(partition), seed)
+    try:
+        return client_outcomes.read_label_counts(path), LOGGED
+    except client_outcomes.MissingPartitionError:
+        shown = path.relative_to(project_root) if path.is_relative_to(project_root) else path
+        log.warning("%s is missing: the run's per-client outcomes (MLflow clients/) are not logged; draw the "
+                    "partition, then `python -m fedskew track --suite ...` adds them", shown)
+        return None, f"missing {shown}"
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        log.warning("%s cannot be read (%s): the run's per-client outcomes are not logged", path, error)
+        return None, f"unreadable {path.name}"
+
+
+def metric_values(rows: Sequence[Mapping[str, Any]], counts: list[list[int]] | None) -> list[tuple[str, float, int]]:
+    """(MLflow key, value, step = round) of every outcome of every evaluated row; none without label counts.
+    A row whose classes the partition does not have is left out (and said once)."""
+    if counts is None:
+        return []
+    values = []
+    for row in rows:
+        try:
+            found = client_outcomes.row_outcomes(row, counts)
+        except ValueError as error:
+            log.warning("per-client outcomes of round %s not logged: %s", row.get("round"), error)
+            return values
+        if found is not None:
+            values += [(client_outcomes.mlflow_key(name), value, found.round) for name, value in found.values().items()]
+    return values
+
+
+def complete(tags: Mapping[str, str]) -> bool:
+    """Whether a recorded run's tags say its per-client outcomes are logged (or that it has none to log)."""
+    return tags.get(TAG) in (LOGGED, NOT_A_RUN)
