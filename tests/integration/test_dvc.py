@@ -23,18 +23,20 @@ def stale_stages(root: Path) -> set[str]:
 
 
 def clone_copy(tmp_path: Path) -> Path:
-    """What a fresh clone holds for DVC: the code, the workflow, params.yaml, dvc.yaml, dvc.lock, DVC's config, and
-    the committed tables and figures (the aggregate stages' outputs, which git keeps); no data, partition or run."""
+    """What a fresh clone holds for DVC: the code, the workflow, the claims files, params.yaml, dvc.yaml, dvc.lock,
+    DVC's config, and the committed tables, comparisons, figures and own ledgers (outputs git keeps); no data,
+    partition or run."""
     root = tmp_path / "clone"
-    for folder in ("src", "workflow"):
+    for folder in ("src", "workflow", "experiments/claims", "results/claims"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("params.yaml", "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".dvc/.gitignore"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
     for suite in yaml.safe_load((REPO / "params.yaml").read_text())["run"]["suites"]:
-        for table in (REPO / "results/tables").glob(f"{suite}.*"):
-            (root / "results/tables").mkdir(parents=True, exist_ok=True)
-            shutil.copy(table, root / "results/tables" / table.name)
+        tables = REPO / "results/tables"
+        for table in [*tables.glob(f"{suite}.*"), *tables.glob(f"compare/{suite}.*")]:
+            (root / table.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(table, root / table.relative_to(REPO))
         shutil.copytree(REPO / "results/figures" / suite, root / "results/figures" / suite)
     assert run(["git", "init", "-q"], root).returncode == 0
     return root
@@ -78,8 +80,9 @@ def test_a_fresh_clone_flags_only_unbuilt_outputs_and_a_changed_lr_only_its_suit
     assert changes(root) == {}, f"dvc.lock is stale: run `{dvclock.LOCK_COMMAND}`"
 
     edit_params(root, lambda p: p["training"]["default"].update(lr=0.02))
-    assert changes(root) == {"train-default": {"params.yaml: training.default modified"},
-                             "aggregate-default": {"params.yaml: training.default modified"}}
+    # every stage that reads the default suite's runs: its tables, its comparison, the claims file about it
+    assert changes(root) == {stage: {"params.yaml: training.default modified"} for stage in (
+        "train-default", "aggregate-default", "compare-default", "claims-default")}
 
 
 def test_a_methods_hyperparameter_flags_only_the_stages_of_the_suites_that_use_it(tmp_path):
@@ -104,7 +107,9 @@ def test_a_methods_hyperparameter_flags_only_the_stages_of_the_suites_that_use_i
         (root / "params.yaml").write_text(base)
         edit_params(root, lambda p: p["methods"][method].update({key: value}))
         expected = {f"{phase}-{suite}": {f"params.yaml: methods.{method} modified"}
-                    for phase in ("train", "aggregate") for suite in affected}
+                    for phase in ("train", "aggregate", "compare") for suite in affected}
+        if "default" in affected:  # experiments/claims/default.yaml is about the default suite
+            expected["claims-default"] = {f"params.yaml: methods.{method} modified"}
         assert changes(root) == expected, method
 
 
@@ -115,12 +120,13 @@ def test_dvc_lock_records_an_edited_module_of_a_stage_and_refuses_a_change_of_wh
         path.write_text(path.read_text() + "\n# a comment\n")
     # MOON is not a method of the default suite; FedProx is (its train stage runs it, its tables name its family)
     edited = "src/fedskew/fl/fedprox.py modified"
-    assert changes(root) == {"train-default": {edited}, "aggregate-default": {edited}}
+    assert changes(root) == {stage: {edited} for stage in (
+        "train-default", "aggregate-default", "compare-default", "claims-default")}
     assert f"train-default: dependency {edited}: run `{dvclock.LOCK_COMMAND}`" in dvclock.lock_problems(root)
 
     before = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
     assert dvclock.record_lock(root)[1].startswith("dvc.lock: deps and params recorded for train-default, "
-                                                     "aggregate-default;")
+                                                     "aggregate-default, compare-default, claims-default;")
     after = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
     assert changes(root) == {} and dvclock.lock_problems(root) == []
     assert {name: entry.get("outs") for name, entry in after.items()} == \

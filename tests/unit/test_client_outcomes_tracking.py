@@ -70,14 +70,16 @@ def test_a_run_logged_without_its_partition_is_completed_by_the_next_backfill(tm
     run = store.get_run(first)
     assert run.data.tags[clients.TAG] == "missing data/partitions/digits/p/seed0.json"
     assert not any(k.startswith("clients/") for k in run.data.metrics) and "accuracy/test_acc" in run.data.metrics
-    assert tracking.recorded_runs(uri, "fedskew/s") == {"run1": "FINISHED (no per-client outcomes)"}
-    write_partition(tmp_path)
+    # nothing to add while the partition is missing: recorded, not logged again by every backfill
+    assert tracking.recorded_runs(uri, "fedskew/s", tmp_path) == {"run1": "FINISHED"}
+    write_partition(tmp_path)   # drawn here: the next backfill completes it
+    assert tracking.recorded_runs(uri, "fedskew/s", tmp_path) == {"run1": "FINISHED (no per-client outcomes)"}
     assert logged(tmp_path) == first   # the same MLflow run, continued
     run = store.get_run(first)
     assert run.data.tags[clients.TAG] == "logged"
     assert run.data.metrics["clients/mean_acc"] == pytest.approx(EXPECTED["clients/mean_acc"] + 0.1)
     assert len(store.get_metric_history(first, "accuracy/test_acc")) == 2   # its points stored once
-    assert tracking.recorded_runs(uri, "fedskew/s") == {"run1": "FINISHED"}
+    assert tracking.recorded_runs(uri, "fedskew/s", tmp_path) == {"run1": "FINISHED"}
 
 
 def test_params_that_name_no_partition_log_as_before(tmp_path, store) -> None:

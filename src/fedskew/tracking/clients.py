@@ -6,8 +6,9 @@ tracking worker (the training job has drawn the partition it trains on), and fro
 (`fedskew track`, `packed import`), from the project's data/partitions/. The tag `fedskew.client_outcomes` says
 whether they were logged: `logged`, or why not (`missing <path>`: the partition summary is not in this project,
 as after importing runs trained elsewhere; `not a fedskew run`: params that name no partition). A run recorded
-without them (by a fedskew that did not log them, or while its partition was missing) does not count as
-recorded (`recorded_runs`), so the next `track` or `packed import` logs it again, completing the same MLflow run.
+without them (by a fedskew that did not log them, or while a partition was missing that has been drawn since)
+does not count as recorded (`recorded_runs`), so the next `track` or `packed import` logs it again, completing
+the same MLflow run; while its partition is still missing there is nothing to add, and it is not logged again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 TAG = "fedskew.client_outcomes"
 LOGGED = "logged"
 NOT_A_RUN = "not a fedskew run"   # params without dataset, partition and seed (a test's, an experiment's own)
+MISSING = "missing "              # + the partition summary's path (relative to the project) that was not there
 INCOMPLETE = " (no per-client outcomes)"   # what `recorded_runs` appends to the status of a run recorded without
 
 
@@ -40,7 +42,7 @@ def label_counts(project_root: Path, params: Mapping[str, Any]) -> tuple[list[li
         shown = path.relative_to(project_root) if path.is_relative_to(project_root) else path
         log.warning("%s is missing: the run's per-client outcomes (MLflow clients/) are not logged; draw the "
                     "partition, then `python -m fedskew track --suite ...` adds them", shown)
-        return None, f"missing {shown}"
+        return None, f"{MISSING}{shown}"
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("%s cannot be read (%s): the run's per-client outcomes are not logged", path, error)
         return None, f"unreadable {path.name}"
@@ -63,6 +65,12 @@ def metric_values(rows: Sequence[Mapping[str, Any]], counts: list[list[int]] | N
     return values
 
 
-def complete(tags: Mapping[str, str]) -> bool:
-    """Whether a recorded run's tags say its per-client outcomes are logged (or that it has none to log)."""
-    return tags.get(TAG) in (LOGGED, NOT_A_RUN)
+def complete(tags: Mapping[str, str], project_root: Path = Path(".")) -> bool:
+    """Whether a recorded run has nothing more to log here: its per-client outcomes are logged, it has none, or the
+    partition summary they need is still missing under `project_root` (once it is drawn, the run is logged again)."""
+    value = tags.get(TAG)
+    if value in (LOGGED, NOT_A_RUN):
+        return True
+    if value is not None and value.startswith(MISSING):
+        return not (Path(project_root) / value.removeprefix(MISSING)).exists()
+    return False   # recorded by a fedskew that did not log them, or from an unreadable summary

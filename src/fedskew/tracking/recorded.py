@@ -5,6 +5,7 @@ status its files give it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from fedskew.tracking import clients
@@ -12,10 +13,11 @@ from fedskew.tracking.runs import RUN_KEY_TAG
 from fedskew.tracking.store import ensure_store, import_mlflow, store_lock
 
 
-def recorded_runs(uri: str, experiment: str) -> dict[str, str]:
+def recorded_runs(uri: str, experiment: str, project_root: Path = Path(".")) -> dict[str, str]:
     """fedskew run id -> MLflow status of the runs in an experiment (FINISHED wins over others). A run recorded
-    without its per-client outcomes (fedskew.tracking.clients) has INCOMPLETE after its status: what a backfill
-    compares with is then not its status, and `track` and `packed import` log it again."""
+    without its per-client outcomes that the project `project_root` can now give (fedskew.tracking.clients.complete)
+    has INCOMPLETE after its status: what a backfill compares with is then not its status, and `track` and
+    `packed import` log it again."""
     client_class = import_mlflow(uri)
     with store_lock(uri):
         ensure_store(uri)
@@ -26,7 +28,7 @@ def recorded_runs(uri: str, experiment: str) -> dict[str, str]:
     for run in runs:
         key = run.data.tags.get(RUN_KEY_TAG)
         if key and status.get(key) != "FINISHED":
-            status[key] = run.info.status + ("" if clients.complete(run.data.tags) else clients.INCOMPLETE)
+            status[key] = run.info.status + ("" if clients.complete(run.data.tags, project_root) else clients.INCOMPLETE)
     return status
 
 
