@@ -316,6 +316,24 @@ def end_group(process: subprocess.Popen, first: int = signal.SIGTERM, grace_s: f
     process.wait(timeout=30)
 
 
+def processes_in(root: Path) -> list[str]:
+    """The live processes working in `root` or below it (Snakemake, its jobs, their tracking workers), as
+    `pid: command`; zombies (ended, not yet reaped) are not counted. Linux's /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if state != "Z" and (cwd == root or root in cwd.parents):
+            found.append(f"{entry.name}: {command}")
+    return found
+
+
 def wait_until(condition: Callable[[], Any], timeout_s: float, what: str, every_s: float = 1.0,
                alive: subprocess.Popen | None = None) -> Any:
     """Poll `condition` until it returns something true, at most `timeout_s` seconds; fail saying `what`.

@@ -22,8 +22,11 @@ def main() -> int:
         return 2
     # Before any message or job: a password in MLFLOW_TRACKING_URI moves to MLflow's credential variables, so
     # that neither fedskew, nor the jobs it starts, nor MLflow's own lines print it (fedskew.tracking.store).
+    # What is left of secrets in the URI (its query, its fragment) is masked in every line this process prints.
+    from fedskew.tracking import redaction
     from fedskew.tracking.store import move_credentials_out_of_uri
 
+    redaction.install()
     if warning := move_credentials_out_of_uri():
         print(f"fedskew: {warning}", file=sys.stderr)
 

@@ -180,6 +180,13 @@ class Model:
             return f"its build is a {type(self.build).__name__}, not a function of a DatasetInfo"
         if not isinstance(self.needs, InputNeeds):
             return f"its needs is a {type(self.needs).__name__}; write needs=InputNeeds(...) (fedskew.models)"
+        if type(self.needs.min_side) is not int or self.needs.min_side < 1:  # NaN would let every image through
+            return f"its needs' min_side is {self.needs.min_side!r}; write a whole number, 1 or more"
+        shapes = self.needs.shapes
+        if not isinstance(shapes, tuple) or any(not isinstance(shape, tuple) or len(shape) != 3 or
+                                                any(type(side) is not int or side < 1 for side in shape)
+                                                for shape in shapes):
+            return f"its needs' shapes are {self.needs.shapes!r}; write (channels, height, width), whole numbers >= 1"
         if type(self.version) is not int or self.version < 1:
             return f"its version is {self.version!r}; write a whole number, 1 or more"
         return None

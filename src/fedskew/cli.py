@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from fedskew import job, listings, paths
+from fedskew import arguments, job, listings, paths, plugins
 from fedskew.config import ConfigError, Params, load_params
 from fedskew.job import RunsFailedError, RunWriteError, Terminated, TrackingError
 from fedskew.newpiece import add_parser as add_new_parser
@@ -23,7 +23,7 @@ from fedskew.newpiece import cmd_new
 from fedskew.packed.commands import add_parser as add_packed_parser
 from fedskew.packed.commands import cmd_packed
 from fedskew.reproduce.commands import add_parser as add_claims_parser, cmd_claims
-from fedskew.runfiles import RunFileError
+from fedskew.runfiles import RunFileError, check_runs
 
 log = logging.getLogger("fedskew")
 
@@ -88,6 +88,8 @@ def cmd_aggregate(params: Params, args: argparse.Namespace) -> None:
 
     if args.suite not in params.raw["suites"]:
         raise ConfigError(f"--suite {args.suite!r} is not defined under `suites` in params.yaml")
+    # Every run's files read and checked first: the tables and figures are written from all of them or not at all.
+    check_runs(params.suite_runs(args.suite))
     write_tables(params, args.suite)
     write_figures(params, args.suite)
     local_drift_figures(params, args.suite)  # only for runs that recorded training.local_diagnostics
@@ -119,7 +121,8 @@ def cmd_stale(params: Params, args: argparse.Namespace) -> None:
     from fedskew import stale
 
     runs = stale.stale_runs(params, _suites_of(params, args.suite) if args.suite else None)
-    print(json.dumps([run.record() for run in runs], indent=1) if args.json else "\n".join(stale.report_lines(runs)))
+    print(json.dumps([run.record() for run in runs], indent=1, allow_nan=False) if args.json
+          else "\n".join(stale.report_lines(runs)))
 
 
 def _say_what_is_stale(params: Params, suites: list[str]) -> None:
@@ -130,12 +133,20 @@ def _say_what_is_stale(params: Params, suites: list[str]) -> None:
         print(line, flush=True)
 
 
+def _one_build(args: argparse.Namespace):
+    """The project's build lock, taken before a build touches anything (fedskew.snakemake_run.ProjectBuild)."""
+    from fedskew.snakemake_run import ProjectBuild
+
+    return ProjectBuild(Path("."), wait=args.wait)
+
+
 def cmd_run(params: Params, args: argparse.Namespace) -> int:
     """Build suites in place, then say whether every rebuilt table equals the committed one (`make run`)."""
     from fedskew import rebuild
 
-    _say_what_is_stale(params, _suites_of(params, args.suite))
-    code, text = rebuild.run_in_place(params, _suites_of(params, args.suite), cores=args.cores)
+    with _one_build(args):
+        _say_what_is_stale(params, _suites_of(params, args.suite))
+        code, text = rebuild.run_in_place(params, _suites_of(params, args.suite), cores=args.cores)
     print(text, flush=True)
     return code
 
@@ -144,8 +155,9 @@ def cmd_reproduce(params: Params, args: argparse.Namespace) -> int:
     """Train reproduce.suites and build the papers' tables and the claims ledger (`make reproduce`)."""
     from fedskew import rebuild
 
-    _say_what_is_stale(params, sorted({*params.reproduce_suites, *params.imported_suites}))
-    return rebuild.reproduce(params, cores=args.cores)
+    with _one_build(args):
+        _say_what_is_stale(params, sorted({*params.reproduce_suites, *params.imported_suites}))
+        return rebuild.reproduce(params, cores=args.cores)
 
 
 def cmd_verify(params: Params, args: argparse.Namespace) -> int:
@@ -153,12 +165,13 @@ def cmd_verify(params: Params, args: argparse.Namespace) -> int:
     from fedskew import rebuild
 
     worst = 0
-    _say_what_is_stale(params, _suites_of(params, args.suite))
-    for suite in _suites_of(params, args.suite):
-        code, text = rebuild.verify_in_scratch(params, suite, cores=args.cores, keep=args.keep,
-                                               methods=args.method, seeds=args.seed)
-        print(text, flush=True)
-        worst = max(worst, code)
+    with _one_build(args):
+        _say_what_is_stale(params, _suites_of(params, args.suite))
+        for suite in _suites_of(params, args.suite):
+            code, text = rebuild.verify_in_scratch(params, suite, cores=args.cores, keep=args.keep,
+                                                   methods=args.method, seeds=args.seed)
+            print(text, flush=True)
+            worst = max(worst, code)
     return worst
 
 
@@ -186,11 +199,14 @@ def cmd_ui(params: Params, args: argparse.Namespace) -> None:
     """Start `mlflow ui` on the project's store, after printing a link to each suite's runs."""
     from fedskew import tracking
 
+    from fedskew.tracking.redaction import redact_uri, server_address
+
     uri = tracking.tracking_uri(Path("."))
     if not uri.startswith("sqlite:"):
-        for line in ui_links(uri, uri.rstrip("/")):
+        for line in ui_links(uri, server_address(uri)):  # a link holds no credentials, query or fragment
             print(line)
-        print(f"MLFLOW_TRACKING_URI is a server ({uri}): open it there; no local UI is started", flush=True)
+        print(f"MLFLOW_TRACKING_URI is a server ({redact_uri(uri)}): open it there; no local UI is started",
+              flush=True)
         return
     base = f"http://{args.host}:{args.port}"
     links = ui_links(uri, base) if Path(tracking.sqlite_store_path(uri)).exists() else []
@@ -207,13 +223,6 @@ def cmd_cost(params: Params, args: argparse.Namespace) -> None:
     from fedskew.reproduce.cost import cost_markdown
 
     print(cost_markdown(params, listings.imported_run_ids(params)))
-
-
-def _cores(value: str) -> str:
-    """Snakemake's --cores as fedskew passes it on: `all` or a positive integer (0 would make it wait forever)."""
-    if value == "all" or (value.isdigit() and int(value) > 0):
-        return value
-    raise argparse.ArgumentTypeError(f"{value!r} is not a number of cores: give a positive integer, or all")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,14 +256,15 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("partition", help="write a seeded partition under data/partitions/")
     p.add_argument("--dataset", required=True)
     p.add_argument("--partition", required=True)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=arguments.seed, required=True)
     p = sub.add_parser("train", help="train the runs of one grid point, one per --seed (each resuming from its "
                                      "checkpoint), and log them to MLflow")
     for key in ("suite", "dataset", "partition", "method"):
         p.add_argument(f"--{key}", required=True)
-    p.add_argument("--seed", type=int, nargs="+", required=True,
+    p.add_argument("--seed", type=arguments.seed, nargs="+", required=True,
                    help="one seed, or several: trained one after another in this process")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: training.threads)")
+    p.add_argument("--threads", type=arguments.threads, default=None,
+                   help="torch threads (default: training.threads)")
     p = sub.add_parser("track", help="log a suite's trained runs to MLflow from their run files "
                                      "(after a tracking failure; repeating it adds nothing)")
     p.add_argument("--suite", required=True)
@@ -276,30 +286,36 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
                                                           "with torch): fast, and torch-free")
 
 
+_WAIT_HELP = "when another build is running in this project, wait for it to end (default: refuse, changing nothing)"
+
+
 def _add_build_commands(sub: argparse._SubParsersAction) -> None:
     """The commands that start Snakemake (run, reproduce, verify), the UI, and the checks of what is out of date."""
     p = sub.add_parser("run", help="build run.suites (or --suite ...) in place: train the runs that are missing, "
                                    "rebuild their tables, and say whether each is identical to the committed one "
                                    "(make run)")
     p.add_argument("--suite", nargs="+", help="the suites to build (default: run.suites of params.yaml)")
-    p.add_argument("--cores", default="all", type=_cores, help="Snakemake's --cores (default: all)")
+    p.add_argument("--cores", default="all", type=arguments.cores, help="Snakemake's --cores (default: all)")
+    p.add_argument("--wait", action="store_true", help=_WAIT_HELP)
     p = sub.add_parser("reproduce", help="train reproduce.suites and build the papers' tables beside ours and the "
                                          "claims ledger, results/claims.md (make reproduce)")
-    p.add_argument("--cores", default="all", type=_cores, help="Snakemake's --cores (default: all)")
+    p.add_argument("--cores", default="all", type=arguments.cores, help="Snakemake's --cores (default: all)")
+    p.add_argument("--wait", action="store_true", help=_WAIT_HELP)
     p = sub.add_parser("verify", help="rebuild suites from their seeds in a scratch project (.verify/<suite>/) and "
                                       "say whether their tables are identical to the committed ones; never writes "
                                       "into results/ (make verify SUITE=...)")
     p.add_argument("--suite", nargs="+", required=True)
-    p.add_argument("--cores", default="all", type=_cores, help="Snakemake's --cores (default: all)")
+    p.add_argument("--cores", default="all", type=arguments.cores, help="Snakemake's --cores (default: all)")
+    p.add_argument("--wait", action="store_true", help=_WAIT_HELP)
     p.add_argument("--keep", action="store_true", help="keep the scratch project even when the tables are identical")
     p.add_argument("--method", nargs="+", help="retrain only these methods' runs, beside the suite's committed runs, "
                                                "and compare each with its committed files")
-    p.add_argument("--seed", type=int, nargs="+", help="retrain only these seeds' runs (with --method: of those "
-                                                       "methods)")
+    p.add_argument("--seed", type=arguments.seed, nargs="+", help="retrain only these seeds' runs (with --method: "
+                                                                  "of those methods)")
     p = sub.add_parser("ui", help="start `mlflow ui` on the project's store and print a link to each suite's "
                                   "runs table (make ui)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--port", type=arguments.port, default=5000)
     p = sub.add_parser("stale", help="the runs there are (trained here, or in the committed archives) whose run id no "
                                      "longer matches params.yaml and the code, by cause, with the tables they feed")
     p.add_argument("--suite", nargs="+", help="only these suites (default: all)")
@@ -349,6 +365,8 @@ _REPORTED_ERRORS = (
     ("fedskew.data.partitions.base", ("PartitionError",), 2),
     ("fedskew.engine.rounds", ("NonFiniteError",), 1),
     ("fedskew.packed.archive", ("ArchiveError",), 2),
+    # another build is running: sysexits.h's EX_TEMPFAIL, "try again later" (1: a table differs; 2: bad input)
+    ("fedskew.snakemake_run", ("BuildRunningError",), 75),
 )
 
 
@@ -389,4 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedskew {args.command}: {str(stop) or 'interrupted'}; a training job keeps its checkpoint, "
               "so running it again resumes it", file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
+    except SystemExit as exit_:  # argparse's own is raised above; this one is a plugin's (or a library's) code
+        failure = plugins.exit_error(exit_)  # exiting mid-command: never a success, whatever its code
+        print(f"fedskew {args.command}: {failure}", file=sys.stderr)
+        return _reported(failure) or 1
     return code if isinstance(code, int) else 0  # run and verify: 1 when a rebuilt table differs

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from fedskew import catalog, discovery, plugins
-from fedskew.config_checks import cross_section_problems
+from fedskew import catalog, discovery, params_cache, plugins, user_files
+from fedskew.config_checks import cross_section_problems, grid_size_problems
 from fedskew.config_errors import ConfigError
 from fedskew.config_schema import read_params_file, schema_problems
-from fedskew.experiments import locate
+from fedskew.experiments import experiment_sources, locate
 from fedskew.experiments import merge as merge_experiments
 from fedskew.numerics import cpu_pin
 from fedskew.training_config import EXECUTION_SETTINGS, LATER_TRAINING_OPTIONS, TrainingConfig, resolve_training
@@ -278,20 +279,36 @@ def load_params(source: Path | str | dict = "params.yaml", experiments: Path | N
     defines prefixed with its file.
 
     `experiments` defaults to the experiments/ folder beside the params file (none for a dict); None reads
-    params.yaml alone (the shipped file's own tests)."""
+    params.yaml alone (the shipped file's own tests). Every file is read strictly (fedskew.user_files). A file's
+    configuration that passed validation is kept beside it (fedskew.params_cache): read again, with the same
+    bytes in every file, the same code and the same plugins, it is not validated again."""
     if isinstance(source, dict):
-        raw, label = source, "params"
         folder = None if experiments is _BESIDE else experiments
-    else:
-        path = Path(source)
-        if not path.exists():
-            raise ConfigError(f"{path}: no such file; run from the project root or pass --params")
-        raw = read_params_file(path)
-        label = str(path)
-        folder = path.parent / "experiments" if experiments is _BESIDE else experiments
-    merged = merge_experiments(raw, label, folder)
-    # The cross-section checks read the sections as the schema promises them, so they run only once it passes.
-    problems = locate(merged, schema_problems(merged.raw) or cross_section_problems(merged.raw))
+        return _validated(source, "params", experiment_sources(folder))
+    path = Path(source)
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path}: no such file; run from the project root or pass --params")
+    folder = path.parent / "experiments" if experiments is _BESIDE else experiments
+    data = user_files.read(path, path.parent, str(path))
+    sources = experiment_sources(folder)
+    wanted = params_cache.key((path.name, data), sources)
+    if (kept := params_cache.read(path, wanted)) is not None:
+        return Params(*kept)
+    params = _validated(user_files.parse(data, str(path)).data, str(path), sources)
+    params_cache.write(path, wanted, params.raw, params.origins, params.inherits)
+    return params
+
+
+def _validated(raw: Any, label: str, sources: list[tuple[str, bytes]]) -> Params:
+    """A parsed params file (`label`) with the experiments of `sources` merged in, validated."""
+    # The grids' sizes come first, counted from their lists' lengths: params.yaml's own before merging copies its
+    # lists, then with the experiments' suites, before the schema walks every item. The cross-section checks read
+    # the sections as the schema promises them, so they run only once it passes.
+    problems = grid_size_problems(raw)
+    if not problems:
+        merged = merge_experiments(raw, label, sources)
+        problems = locate(merged, grid_size_problems(merged.raw) or schema_problems(merged.raw)
+                          or cross_section_problems(merged.raw))
     if problems:
         raise ConfigError(f"{label} is invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
     return Params(merged.raw, merged.origins, merged.inherits)

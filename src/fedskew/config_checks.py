@@ -7,6 +7,9 @@ without its suite), whether a model takes a dataset's inputs, a setting another 
 dataset's size is known in advance (fedskew.data.sizes). Without torch: the facts about datasets, models and
 algorithms come from fedskew.catalog. Every problem is one line with the key, the bad value and what is allowed,
 in the order params.yaml's sections are read.
+
+One check comes before the schema: the size of each suite's grid (`grid_size_problems`, MAX_SEEDS and MAX_RUNS),
+counted from the lengths of its lists, so that a file listing a million seeds is refused before anything walks them.
 """
 
 from __future__ import annotations
@@ -31,8 +34,48 @@ from fedskew.training_config import TrainingConfig, resolve_training
 # step (FL-FCR also keeps a float32 copy for the retraining, Synthetic its float64 parts before joining them).
 MAX_ARRAY_NUMBERS = 2 ** 31
 
+# A suite's seeds: each is one more run of every grid point. The shipped suites have 3 to 5; a thousand leaves room
+# for a study of the spread over seeds, and keeps a suite's listings and Snakemake plan in seconds.
+MAX_SEEDS = 1_000
+# The runs of every suite of params.yaml and experiments/ together: validation and every command expand them into
+# configurations (about 0.1 ms and a few KB each) and Snakemake plans a job each. The shipped file defines 5528 (its
+# largest suite, fedlc_table, 1100); 100 000 leaves room for eighteen times that and still expands in seconds.
+MAX_RUNS = 100_000
+
 # (dataset, partition) -> the settings that use it ("suites.<name>.settings[<j>]"), for the partition checks
 Uses = dict[tuple[str, str], list[str]]
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
+
+
+def grid_size_problems(raw: Any) -> list[str]:
+    """The suites with more than MAX_SEEDS seeds or MAX_RUNS runs, and all suites together past MAX_RUNS, each with
+    its count: computed from the lists' lengths, before any grid is expanded or any item checked (the schema alone
+    takes minutes over a million seeds), so that such a file is refused at once. What is not shaped as the schema
+    says counts as empty here: the schema reports it."""
+    suites = raw.get("suites") if isinstance(raw, dict) else None
+    if not isinstance(suites, dict):
+        return []
+    problems, total = [], 0
+    for name, body in suites.items():
+        body = body if isinstance(body, dict) else {}
+        settings = body.get("settings") if isinstance(body.get("settings"), list) else []
+        points = sum(_length(s.get("partitions")) for s in settings if isinstance(s, dict))
+        methods, seeds = _length(body.get("methods")), _length(body.get("seeds"))
+        runs = points * methods * seeds
+        total += runs
+        if seeds > MAX_SEEDS:
+            problems.append(f"suites.{name}.seeds: {seeds} seeds; at most {MAX_SEEDS} (each seed is a run of every "
+                            "grid point): list fewer")
+        elif runs > MAX_RUNS:
+            problems.append(f"suites.{name}: {points} dataset/partition pair(s) x {methods} method(s) x {seeds} "
+                            f"seed(s) = {runs} runs; at most {MAX_RUNS}: split it, or list fewer")
+    if total > MAX_RUNS and not problems:
+        problems.append(f"suites: {total} runs in the {len(suites)} suites together; at most {MAX_RUNS} (every "
+                        "command expands them all): move some suites to another project")
+    return problems
 
 
 def cross_section_problems(raw: dict) -> list[str]:

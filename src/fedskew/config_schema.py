@@ -1,6 +1,7 @@
 """params.yaml as a document: read strictly, checked against its JSON schema, each problem one line.
 
-Reading refuses a key written twice in one mapping (YAML would keep the last). Then every float must be finite
+Reading is fedskew.user_files' (a key written twice, an alias bomb, a file that is not a regular UTF-8 file of
+the project: refused naming the file and the line). Then every float must be finite
 (YAML's .nan and .inf are floats, which JSON Schema's range checks let through), then the schema in
 workflow/schemas/params.schema.yaml, with the methods and dataset sources of fedskew.catalog filled in, checks
 types, ranges, known names and known keys. Each violation becomes one line naming the key, the bad value and what
@@ -19,20 +20,15 @@ from typing import Any
 
 import yaml
 
-from fedskew import catalog
-from fedskew.config_errors import ConfigError, short_value, suggestion
+from fedskew import catalog, user_files
+from fedskew.config_errors import short_value, suggestion
 from fedskew.declarations import method_schema, source_schema
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "params.schema.yaml"
 
 
-def _where(path) -> str:
-    """A key path as params.yaml's readers name it: `suites.tiny.seeds[1]`."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
+_where = user_files.key_path  # a key path as params.yaml's readers name it: `suites.tiny.seeds[1]`
 
 
 def _describe(error, root_schema: dict) -> str:
@@ -93,37 +89,10 @@ def _yaml_spelling(value: float) -> str:
     return ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
 
 
-# libyaml's parser where PyYAML has it: every training job reads params.yaml, and the pure-Python
-# parser takes about 0.25 s of a job's fixed cost for it.
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _UniqueKeyLoader(_SafeLoader):
-    """YAML loading that refuses a key written twice in one mapping (YAML would keep the last silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden below it
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                if key in seen:
-                    raise ConfigError(f"key {key!r} is written twice in one mapping, on lines {seen[key]} and "
-                                      f"{line}; keep one of them")
-                seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
 def read_params_file(path: Path) -> Any:
-    """Parse params.yaml, refusing duplicate keys (naming both lines) and reporting YAML errors."""
-    try:
-        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-    except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    """Parse params.yaml strictly (fedskew.user_files: a key written twice, an alias that expands too far, a file
+    that is not a regular UTF-8 file inside the project, each refused naming the file and the line)."""
+    return user_files.load(Path(path), Path(path).parent, str(path)).data
 
 
 @cache
@@ -140,7 +109,7 @@ def params_schema() -> dict:
     the name of every model (fedskew.catalog.models): the schema file names no method, no source, no scheme and
     no model. Parsed once per process (about 0.1 s; tests validate hundreds of files).
     """
-    schema = yaml.load(SCHEMA_PATH.read_text(), Loader=_SafeLoader)
+    schema = yaml.load(SCHEMA_PATH.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     method = schema["$defs"]["method"]
     method["properties"]["algorithm"] = {"enum": list(catalog.methods())}
     method["allOf"] = [method_schema(name, record) for name, record in catalog.methods().items()]

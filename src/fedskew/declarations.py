@@ -11,6 +11,8 @@ when it is loaded. The JSON schema of a method's entry in params.yaml is derived
 
 from __future__ import annotations
 
+import math
+import operator
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,40 @@ from fedskew.families import Family, Panel
 
 # The shared definitions of params.schema.yaml a hyperparameter may name instead of a range (`ref`).
 SCHEMA_REFS = ("missing_classes", "epoch_count", "sample_count", "seed")
+
+# A declaration's bounds by keyword, each with what a value must do to keep it.
+BOUNDS = {"minimum": operator.ge, "maximum": operator.le, "exclusive_minimum": operator.gt,
+          "exclusive_maximum": operator.lt}
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numbers_problem(default: Any, bounds: dict[str, Any]) -> str | None:
+    """What is wrong with a declaration's numbers (a hyperparameter's, a dataset option's, a partition parameter's),
+    or None: a default or a bound that is not a finite number, bounds that leave no value, a default that breaks its
+    own bounds. A default that is no number (a switch, a word, None for a required parameter) is left to the
+    declaration's own checks."""
+    if is_number(default) and not math.isfinite(default):
+        return f"the default {default!r} is not a finite number; give a finite one"
+    given = {key: bound for key, bound in bounds.items() if bound is not None}
+    for key, bound in given.items():
+        if not is_number(bound) or not math.isfinite(bound):
+            return f"{key}={bound!r} is not a finite number; leave the bound out, or give a finite int or float"
+    for low in ("minimum", "exclusive_minimum"):
+        for high in ("maximum", "exclusive_maximum"):
+            if low not in given or high not in given:
+                continue
+            strict = "exclusive" in low or "exclusive" in high  # [1, 1] holds 1; [1, 1) holds nothing
+            if not (given[high] > given[low] if strict else given[high] >= given[low]):
+                return f"{low}={given[low]!r} and {high}={given[high]!r} leave no value between them"
+    if is_number(default):
+        broken = [f"{key}={bound}" for key, bound in given.items() if not BOUNDS[key](default, bound)]
+        if broken:
+            return f"the default {default!r} breaks its own {', '.join(broken)}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -54,10 +90,16 @@ class Hyperparameter:
 
     def problem(self) -> str | None:
         """What makes this declaration unusable, or None."""
+        bounds = {key: getattr(self, key) for key in BOUNDS}
+        numbers = numbers_problem(self.default, bounds)
+        if numbers:
+            return numbers
         if self.schema_ is not None:
             return None
         if self.ref:
             return None if self.ref in SCHEMA_REFS else f"ref {self.ref!r} is not one of {', '.join(SCHEMA_REFS)}"
+        if any(is_number(word) and not math.isfinite(word) for word in self.choices):
+            return f"choices {list(self.choices)!r} hold a number that is not finite"
         if isinstance(self.default, str) and self.default not in self.choices:
             return f"the default {self.default!r} is a word, so `choices` must list it (and the other words allowed)"
         if isinstance(self.default, int) and not isinstance(self.default, bool) and self.maximum is None:

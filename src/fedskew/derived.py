@@ -26,7 +26,7 @@ def catalog_text() -> str:
     """catalog.json as the built-in pieces describe themselves: one section a kind of piece."""
     document = {"written_by": "python -m fedskew catalog --write, from the classes; do not edit",
                 "methods": _methods(), "sources": _sources(), "models": _models()}
-    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _sources() -> dict[str, dict]:

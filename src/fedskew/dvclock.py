@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from fedskew import user_files
 from fedskew.config import Params, load_params
 from fedskew.dvcstages import DvcFilesError, Stage, stages, write_stages
 from fedskew.runfiles import atomic_write_text
@@ -178,8 +179,8 @@ def lock_problems(root: Path = Path(".")) -> list[str]:
     files: dict[str, Any] = {}  # params.yaml and the experiment files, each read once
 
     def values(path: str) -> Any:
-        if path not in files:
-            files[path] = yaml.safe_load((root / path).read_text())
+        if path not in files:  # the researcher's own files, read as every command reads them
+            files[path] = user_files.load(root / path, root, path).data
         return files[path]
 
     problems = []

@@ -14,6 +14,8 @@ the Snakefile, dvc.yaml's stages), so the shipped params.yaml and its tests stay
   settings, so how a block is written never changes a run id. Every suite needs a training block
   (fedskew.config_checks): there are no silent defaults.
 - A problem in a name an experiment defines is reported with the experiment's file (`origin_of`).
+- Each file is read as params.yaml is (fedskew.user_files): a regular UTF-8 file of the project, no key written
+  twice, aliases bounded; editors' lock and backup files (`.#x.yaml`, `x.yaml~`) are not experiments.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedskew import user_files
 from fedskew.config_errors import ConfigError, suggestion
-from fedskew.config_schema import read_params_file
 
 SECTIONS = ("datasets", "partitions", "methods", "suites", "training")
 INHERIT = "inherit"
@@ -47,20 +49,29 @@ class Merged:
 
 
 def experiment_files(folder: Path) -> list[Path]:
-    """The experiment files of a folder, by name (none if it does not exist)."""
-    return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
+    """The experiment files of a folder, by name (none if it does not exist): its `*.yaml` and `*.yml`, without
+    hidden files and editors' lock and backup files (fedskew.user_files.yaml_files)."""
+    return user_files.yaml_files(folder)
 
 
-def merge(raw: dict, label: str, folder: Path | None) -> Merged:
-    """`raw` (read from `label`) with every experiment file of `folder` added, training inheritance resolved;
-    a ConfigError listing every problem of the files' shapes and names."""
+def experiment_sources(folder: Path | None) -> list[tuple[str, bytes]]:
+    """Each experiment file of `folder` as (its name from the project root, its bytes), read strictly: a regular
+    file of the project of at most fedskew.user_files.MAX_BYTES (its errors name the file)."""
+    if folder is None:
+        return []
+    return [(_shown(path), user_files.read(path, folder.parent, _shown(path))) for path in experiment_files(folder)]
+
+
+def merge(raw: dict, label: str, sources: list[tuple[str, bytes]]) -> Merged:
+    """`raw` (read from `label`) with every experiment file of `sources` (`experiment_sources`) added, training
+    inheritance resolved; a ConfigError listing every problem of the files' shapes and names."""
     merged = copy.deepcopy(raw) if isinstance(raw, dict) else raw
     origins: dict[tuple[str, str], str] = {}
     problems: list[str] = []
     if not isinstance(merged, dict):
         return Merged(merged)
-    for path in experiment_files(folder) if folder is not None else []:
-        problems += _add(merged, origins, label, path)
+    for shown, data in sources:
+        problems += _add(merged, origins, label, user_files.parse(data, shown))  # its errors name the file
     if problems:
         raise ConfigError(f"the experiments are invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
     result = Merged(merged, origins)
@@ -70,39 +81,39 @@ def merge(raw: dict, label: str, folder: Path | None) -> Merged:
     return result
 
 
-def _add(merged: dict, origins: dict[tuple[str, str], str], label: str, path: Path) -> list[str]:
+def _add(merged: dict, origins: dict[tuple[str, str], str], label: str, parsed: user_files.Document) -> list[str]:
     """Add one experiment file's names to `merged`; the problems found (nothing of a file with problems is added)."""
-    document = read_params_file(path)  # its errors name the file
+    document, shown = parsed.data, parsed.shown
     if document is None:
         return []
     if not isinstance(document, dict):
-        return [f"{_shown(path)}: an experiment is a mapping of sections ({', '.join(SECTIONS)}), not a "
+        return [f"{shown}: an experiment is a mapping of sections ({', '.join(SECTIONS)}), not a "
                 f"{type(document).__name__}"]
-    problems = [f"{_shown(path)}: `{key}` cannot be set by an experiment{suggestion(key, SECTIONS)}; its sections are "
+    problems = [f"{shown}: `{key}` cannot be set by an experiment{suggestion(key, SECTIONS)}; its sections are "
                 f"{', '.join(SECTIONS)} (each suite of an experiment is built besides run.suites)"
                 for key in document if key not in SECTIONS]
     for section, body in document.items():
         if section not in SECTIONS:
             continue
         if not isinstance(body, dict):
-            problems.append(f"{_shown(path)}: {section} must be a mapping of names, not a {type(body).__name__}")
+            problems.append(f"{shown}: {section} must be a mapping of names, not a {type(body).__name__}")
             continue
         for name in body:
             if name in merged.get(section, {}):
                 other = origins.get((section, name), label)
-                problems.append(f"{_shown(path)}: {section}.{name} is already defined in {other}; an experiment adds names "
+                problems.append(f"{shown}: {section}.{name} is already defined in {other}; an experiment adds names "
                                 f"and replaces none: give yours another name")
     if problems:
         return problems
     for section, body in document.items():
         merged.setdefault(section, {}).update(copy.deepcopy(body))
-        # named from the project root (the params file's folder), as dvc.yaml's params name files
-        origins.update({(section, name): path.relative_to(path.parents[1]).as_posix() for name in body})
+        origins.update({(section, name): shown for name in body})  # named from the project root, as dvc.yaml's params
     return []
 
 
 def _shown(path: Path) -> str:
-    """An experiment file as messages name it: from the project root (experiments/<name>.yaml)."""
+    """An experiment file as messages and dvc.yaml's params name it: from the project root (the params file's
+    folder): experiments/<name>.yaml."""
     return path.relative_to(path.parents[1]).as_posix()
 
 

@@ -13,15 +13,16 @@ imports neither of them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 import signal
 from pathlib import Path
 
-from fedskew import metrics, paths
+from fedskew import arguments, metrics, paths
 from fedskew.config import ConfigError, Params, RunConfig
-from fedskew.runfiles import read_history, read_metrics, write_run_files
+from fedskew.runfiles import RunFileError, read_history, read_metrics, write_run_files
 
 log = logging.getLogger("fedskew")
 
@@ -124,7 +125,16 @@ def _start_tracking(cfg: RunConfig, worker):
 
     return SidecarRun(project_root=Path(".").resolve(), experiment=f"fedskew/{cfg.suite}", run_name=run_name(cfg),
                       params=cfg.to_dict(), tags=run_tags(cfg), worker=worker, dataset=dataset_record(cfg),
-                      flush_every_s=float(os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10"))).start()
+                      flush_every_s=_flush_every_s()).start()
+
+
+def _flush_every_s() -> float:
+    """FEDSKEW_TRACKING_FLUSH_S: how often a run's rounds go to MLflow, a finite number of seconds above 0."""
+    text = os.environ.get("FEDSKEW_TRACKING_FLUSH_S", "10")
+    try:
+        return arguments.number(0, 3600, low_open=True)(text)
+    except argparse.ArgumentTypeError as error:
+        raise ConfigError(f"FEDSKEW_TRACKING_FLUSH_S={text}: {error} (seconds); or unset it (10 s)") from None
 
 
 def _tracking_hook(live, cfg: RunConfig):
@@ -219,7 +229,7 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
         failure = _write_failure(cfg, error)
         _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": str(failure)})
         raise failure from error
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a plugin exiting fails the run too (and the command: cli.main)
         _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": f"{type(error).__name__}: {error}"})
         raise
     finally:
@@ -238,23 +248,45 @@ def train_run(cfg: RunConfig, threads: int | None = None, worker=None) -> None:
 
 def _write_run_files(live, cfg: RunConfig, history: list[dict], final: dict) -> list[Path]:
     """The run's files written (fedskew.runfiles), or its MLflow run ended FAILED and a RunWriteError saying
-    what to do."""
+    what to do (a RunFileError where the run gave a number no table can use: nothing is written)."""
     try:
         return write_run_files(cfg, history, final)
     except OSError as error:
         failure = _write_failure(cfg, error)
         _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": str(failure)})
         raise failure from error
+    except RunFileError as error:
+        _end_tracking(live, cfg, "FAILED", [], {"fedskew.error": str(error)})
+        raise
+
+
+def _recorded_runs(suite: str) -> dict[str, str]:
+    """What MLflow records of a suite (fedskew.tracking.recorded_runs); a TrackingError at once when the tracking
+    server does not answer (fedskew.tracking.reach: a probe of seconds, not MLflow's retries) or fails."""
+    from fedskew import tracking
+    from fedskew.tracking import reach
+    from fedskew.tracking.redaction import redact_uri, redacted
+
+    uri = tracking.tracking_uri(Path("."))
+    if (reason := reach.probe(uri)) is not None:
+        raise TrackingError(f"{reach.unreachable_message(uri, reason)}: nothing was logged, and the run files are "
+                            f"as they were; run `python -m fedskew track --suite {suite}` again once it answers")
+    try:
+        return tracking.recorded_runs(uri, f"fedskew/{suite}")
+    except Exception as error:
+        if not reach.is_server(uri):
+            raise  # a local store's own error says what to do (fedskew.tracking.store)
+        # It answered the probe, then failed (after MLflow's bounded retries): MLflow's error names the URI.
+        raise TrackingError(redacted(f"reading the runs of suite {suite} from the MLflow tracking server "
+                                     f"{redact_uri(uri)} failed: {error}; nothing was logged")) from error
 
 
 def track_suite(params: Params, suite: str) -> dict[str, int]:
     """Log a suite's trained runs to MLflow from their run files (a backfill; safe to repeat). Returns the
-    counts by outcome; raises TrackingError when a run could not be logged."""
-    from fedskew import tracking
-
+    counts by outcome; raises TrackingError when a run could not be logged, or the server cannot be read."""
     if suite not in params.raw["suites"]:
         raise ConfigError(f"--suite {suite!r} is not defined under `suites` in params.yaml")
-    recorded = tracking.recorded_runs(tracking.tracking_uri(Path(".")), f"fedskew/{suite}")
+    recorded = _recorded_runs(suite)
     counts = {"logged": 0, "already recorded": 0, "not trained": 0, "failed": 0}
     for cfg in params.suite_runs(suite):
         if not Path(cfg.path(paths.RUN_METRICS)).exists():

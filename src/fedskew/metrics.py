@@ -2,7 +2,8 @@
 
 An entry names a metric as evaluation returns it and says which history column(s) and which summary values
 (metrics.json: `final_acc`, `best_acc`, `total_bytes_up`) it becomes, which way is better, its scale (how
-pages show it) and the MLflow section its chart is drawn in. Every consumer iterates the registry: the
+pages show it, and the range its stored values lie in: fedskew.runfiles refuses a run file outside it) and the
+MLflow section its chart is drawn in. Every consumer iterates the registry: the
 engine's history rows and run summary (fedskew.engine.summary), a personalised evaluation's mean over
 clients (SplitFedV3), the suite tables (fedskew.report.tables), the paper tables' cells (fedskew.reproduce),
 the figures and MLflow's metric names (fedskew.tracking). A new metric is therefore one entry in `METRICS`
@@ -15,6 +16,7 @@ the engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -67,6 +69,17 @@ class Scale(Enum):
             return value / 1e6
         return value
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The range a stored value lies in: a fraction in [0, 1]; a loss (a cross-entropy) and a count of bytes
+        are never negative."""
+        return (0.0, 1.0) if self is Scale.FRACTION else (0.0, math.inf)
+
+    @property
+    def bounds_text(self) -> str:
+        low, high = self.bounds
+        return f"[{low:g}, {high:g}]" if math.isfinite(high) else f"[{low:g}, ∞)"
+
 
 class Statistic(Enum):
     """A summary value of a run (metrics.json: `<statistic>_<metric name>`)."""
@@ -108,6 +121,21 @@ class Metric:
         if self.value_label:
             return self.value_label
         return f"{self.label} in {self.scale.unit}" if self.scale.unit else self.label
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` cannot be one of this metric's stored values, as a phrase ("is NaN, not a finite number in
+        [0, 1]"); None when it can be. A stored value is a number, finite, in its scale's range; a per-class metric
+        records NaN for a class the test set lacks (fedskew.engine.evaluate), which is no wrong number."""
+        low, high = self.scale.bounds
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"is {value!r}, not a number in {self.scale.bounds_text}"
+        if math.isnan(value):
+            return None if self.kind is Kind.PER_CLASS else f"is NaN, not a finite number in {self.scale.bounds_text}"
+        if math.isinf(value):
+            return f"is {'-' if value < 0 else ''}Infinity, not a finite number in {self.scale.bounds_text}"
+        if not low <= value <= high:
+            return f"is {value!r}, outside {self.scale.bounds_text}"
+        return None
 
     def has_column(self, column: str) -> bool:
         """Whether a history column is this metric's (one of its per-class columns, for a per-class metric)."""

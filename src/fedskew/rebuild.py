@@ -36,7 +36,7 @@ from pathlib import Path
 
 from fedskew import metrics, paths
 from fedskew.config import Params
-from fedskew.snakemake_run import run_snakemake, snakemake_env
+from fedskew.snakemake_run import held_lock_fds, run_snakemake, snakemake_env
 
 TABLE_EXTS = ("md", "csv", "tex", "json")
 COMPARISON_EXTS = ("md", "csv", "json")  # a suite's comparison (fedskew compare), where it has one
@@ -204,6 +204,15 @@ def _targets(params: Params, suites: list[str]) -> list[str]:
         paths.COMPARISON.format(suite=s, ext="md") for s in suites if params.compared(s)]
 
 
+def _probe_tracking_server(suites: list[str]) -> None:
+    """Once before the build's first job: a tracking server that does not answer is said here, in one line, and
+    its verdict goes to every job in their environment (fedskew.tracking.reach), so that none waits for it."""
+    from fedskew.tracking import reach
+
+    if line := reach.probe_for_build(suites):
+        print(line, flush=True)
+
+
 def run_in_place(params: Params, suites: list[str], root: Path = Path("."), cores: str = "all") -> tuple[int, str]:
     """`make run`: train what is missing, rebuild the suites' tables from the run files, compare.
     Returns (exit code, closing report)."""
@@ -212,6 +221,7 @@ def run_in_place(params: Params, suites: list[str], root: Path = Path("."), core
     log_path = root / LOG_DIR / f"{'+'.join(suites)}.log"
     log_path.unlink(missing_ok=True)
     print(f"fedskew: building {', '.join(suites)} ({len(runs)} runs; Snakemake's output: {log_path})", flush=True)
+    _probe_tracking_server(suites)
     env = snakemake_env()
     trained = [str(cfg.path(paths.RUN_METRICS)) for cfg in runs]
     code = run_snakemake(["--cores", cores, *trained], cwd=root, runs=runs, log_path=log_path, env=env)
@@ -232,6 +242,7 @@ def reproduce(params: Params, root: Path = Path("."), cores: str = "all") -> int
     log_path = root / LOG_DIR / "reproduce.log"
     print(f"fedskew: reproducing the papers' tables ({len(runs)} runs to train or reuse; Snakemake's output: "
           f"{log_path})", flush=True)
+    _probe_tracking_server(params.reproduce_suites)
     code = run_snakemake(["--cores", cores, paths.CLAIMS.format(ext="md")], cwd=root, runs=runs, log_path=log_path,
                          env=snakemake_env())
     if code == 0:
@@ -342,7 +353,7 @@ def _fedskew(args: list[str], scratch: Path, env: dict, log_path: Path) -> int:
         log.write(f"$ fedskew {' '.join(args)}   (in {scratch})\n")
         log.flush()
         return subprocess.run([sys.executable, "-m", "fedskew", *args], cwd=scratch, env=env, stdout=log,
-                              stderr=subprocess.STDOUT).returncode
+                              stderr=subprocess.STDOUT, pass_fds=held_lock_fds()).returncode  # the build's too
 
 
 def _verify_some_runs(params: Params, suite: str, root: Path, cores: str, keep: bool,

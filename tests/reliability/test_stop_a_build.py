@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import TINY_PARAMS, isolated_env, make_copy  # the project's own code, its own MLflow store
+from tests.helpers import TINY_PARAMS, isolated_env, make_copy, processes_in  # the project's own code, its own MLflow store
 
 pytest.importorskip("mlflow")
 
@@ -25,23 +25,6 @@ def _params() -> dict:
     # Long enough that the stop lands while both jobs train (a checkpoint every 5 rounds).
     params["training"]["tiny"].update(rounds=120, checkpoint_every=5, eval_every=20, threads=1)
     return params
-
-
-def _processes_in(root: Path) -> list[str]:
-    """The live processes working in `root` (Snakemake, its jobs, their tracking workers), as pid: command."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cwd = Path(os.readlink(entry / "cwd"))
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if state != "Z" and (cwd == root or root in cwd.parents):
-            found.append(f"{entry.name}: {command}")
-    return found
 
 
 @pytest.mark.parametrize("stop, sigint", [(signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.SIG_DFL),
@@ -62,7 +45,7 @@ def test_a_signal_to_fedskew_run_stops_snakemake_and_its_jobs(tmp_path, stop, si
 
     assert build.returncode == (143 if stop == signal.SIGTERM else 130), err
     assert f"stopped by {stop.name}" in err and "Traceback" not in err, err
-    assert _processes_in(root) == []
+    assert processes_in(root) == []
     log = (root / "logs/rebuild/tiny.log").read_text()
     assert "--rerun-incomplete" in log and "snakemake" in log  # Snakemake's output is kept
     assert not list(root.glob("results/runs/tiny/**/metrics.json"))  # nothing was finished, nothing half-written

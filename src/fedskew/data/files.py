@@ -84,7 +84,8 @@ def read_json(path: Path) -> dict | None:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write `path` through a temporary sibling, so a reader sees the old file or the whole new one."""
-    _write_atomic(path, lambda handle: handle.write((json.dumps(data, indent=2, sort_keys=True) + "\n").encode()))
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"   # strict JSON: no bare NaN
+    _write_atomic(path, lambda handle: handle.write(text.encode()))
 
 
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:

@@ -147,7 +147,7 @@ def _write_archive(path: Path, group: list[tuple[RunConfig, dict[str, bytes]]]) 
                                  "provenance": metrics.get("provenance", {})})
         manifest["files"].update({name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                                   for name, data in files.items()})
-    manifest_bytes = json.dumps(manifest, indent=1).encode()
+    manifest_bytes = json.dumps(manifest, indent=1, allow_nan=False).encode()
     if len(manifest_bytes) > MAX_MANIFEST_BYTES:  # never write what importing refuses
         raise ArchiveError(f"the manifest of {len(group)} runs takes {len(manifest_bytes)} bytes, more than an "
                            f"archive's may ({MAX_MANIFEST_BYTES}); ship with a smaller --max-mb (fewer runs each)")

@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedskew import paths
+from fedskew import arguments, paths
 from fedskew.config import Params, RunConfig
+from fedskew.packed.unpacking import MAX_ARCHIVE_BYTES
 
 if TYPE_CHECKING:  # for annotations only: each verb imports what it needs when it runs (archive reaches torch)
     from fedskew.packed.archive import ImportReport
@@ -104,7 +105,8 @@ def cmd_import(params: Params, args: argparse.Namespace) -> None:
     if args.mark:  # the reproduction's mark that the suite is imported, with what it left out (its cells say so)
         from fedskew.runfiles import atomic_write_text
 
-        atomic_write_text(Path(args.mark), json.dumps({"stale": report.stale}, indent=1) + "\n")
+        atomic_write_text(Path(args.mark), json.dumps({"stale": report.stale}, indent=1, allow_nan=False)
+                          + "\n")
     if job.tracking_enabled():
         _log_imported_runs(report)
 
@@ -160,27 +162,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--dataset", nargs="+")
         p.add_argument("--partition", nargs="+")
         p.add_argument("--method", nargs="+")
-        p.add_argument("--seed", nargs="+", type=int)
+        p.add_argument("--seed", nargs="+", type=arguments.seed)
         p.add_argument("--run-id", nargs="+", dest="run_id", help="run ids (config.yaml's run_id)")
         p.add_argument("--first", nargs="+", default=[], metavar="METHOD",
                        help="train these methods first, in this order (e.g. scala fedavg splitfed_v1)")
 
     p = verbs.add_parser("run", help="one piece: train the selection's unfinished runs until --time-limit")
     selection(p)
-    p.add_argument("--workers", type=int, default=1, help="worker processes sharing the device (default 1)")
-    p.add_argument("--time-limit", type=float, default=540.0, dest="time_limit",
+    p.add_argument("--workers", type=arguments.processes, default=1,
+                   help="worker processes sharing the device (default 1)")
+    p.add_argument("--time-limit", type=arguments.number(0, low_open=True), default=540.0, dest="time_limit",
                    help="seconds for the piece, runs in progress are checkpointed before it ends (default 540)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads per worker (default: cores / workers)")
+    p.add_argument("--threads", type=arguments.threads, default=None,
+                   help="torch CPU threads per worker (default: cores / workers)")
     p.add_argument("--prepare-only", action="store_true", dest="prepare_only",
                    help="only make the datasets and partitions the selection needs, then stop")
-    p.add_argument("--max-rounds", type=int, default=None, dest="max_rounds",
+    p.add_argument("--max-rounds", type=arguments.rounds, default=None, dest="max_rounds",
                    help="train at most this many rounds of each run in this piece (a slice, e.g. to measure throughput)")
     p = verbs.add_parser("status", help="finished / started / not started runs of the selection, by method")
     selection(p)
     p = verbs.add_parser("ship", help="pack the selection's finished runs into verified archives")
     selection(p)
     p.add_argument("--out", required=True, help="folder for the archives (runs its archives hold are not packed again)")
-    p.add_argument("--max-mb", type=float, default=16.0, dest="max_mb", help="largest archive in MiB (default 16)")
+    p.add_argument("--max-mb", type=arguments.number(0, MAX_ARCHIVE_BYTES / 2**20, low_open=True), default=16.0,
+                   dest="max_mb", help="largest archive in MiB (default 16, the most an import takes)")
     p = verbs.add_parser("import", help="verify archives and add their runs to results/runs and MLflow")
     p.add_argument("archive", nargs="*", help="the archives (none: with --mark, only the mark is written)")
     p.add_argument("--skip-stale", action="store_true", dest="skip_stale",

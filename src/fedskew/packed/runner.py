@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedskew import paths
+from fedskew import paths, plugins
 from fedskew.config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -156,9 +156,12 @@ def _train_one(cfg: RunConfig, worker: int, deadline: float, threads: int, max_r
             return event("failed", error.round or 0, error=str(error))
         write_run_files(cfg, error.history or [], {**summarise_divergence(error), "provenance": provenance()})
         return event("diverged", error.round or 0)
-    except Exception as error:  # noqa: BLE001 - one failed run must not stop the piece; the event names it
+    # One failed run must not stop the piece; the event names it. A plugin's SystemExit too: the worker would end
+    # with exit code 0, as if its runs were done.
+    except (Exception, SystemExit) as error:  # noqa: BLE001
         log.exception("%s failed", run_dir)
-        return event("failed", asked[-1][0] if asked else 0, error=f"{type(error).__name__}: {error}")
+        said = plugins.exit_error(error) if isinstance(error, SystemExit) else error  # names the plugin that exited
+        return event("failed", asked[-1][0] if asked else 0, error=f"{type(said).__name__}: {said}")
     write_run_files(cfg, result.history, {**result.final, "provenance": provenance()})
     return event("finished", cfg.train.rounds, done=len(result.history) - result.resumed_from)
 
@@ -215,7 +218,7 @@ def run_piece(runs: list[RunConfig], *, workers: int, time_limit_s: float, threa
             except queue.Empty:
                 continue
             summary.events.append(got)
-            handle.write(json.dumps(asdict(got)) + "\n")
+            handle.write(json.dumps(asdict(got), allow_nan=False) + "\n")
             handle.flush()
             log.info("%s %s (%d rounds in %.0f s)%s", got.event, got.run, got.rounds_done, got.seconds,
                      f": {got.error}" if got.error else "")
@@ -226,7 +229,7 @@ def run_piece(runs: list[RunConfig], *, workers: int, time_limit_s: float, threa
         line = summary.line()
         if crashed:
             line["crashed_workers"] = crashed
-        handle.write(json.dumps(line) + "\n")
+        handle.write(json.dumps(line, allow_nan=False) + "\n")
     if crashed:
         raise RuntimeError(f"packed worker(s) {crashed} exited abnormally; their runs keep their checkpoints "
                            f"(see {log_path} and the log above); run the piece again to resume them")

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedskew import client_outcomes, metrics, paths
+from fedskew import arguments, client_outcomes, metrics, paths
 from fedskew.config import ConfigError, Params
 from fedskew.report.compare_figure import write_comparison_figure
 from fedskew.reproduce.policy import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Effect, judge, load_policy, paired_effect
@@ -32,6 +32,9 @@ WORDS = ("beats", "at least as good")  # the policy's words a comparison is judg
 # A comparison's verdicts in its own terms (the ledger's say whether a paper's claim reproduced).
 VERDICTS = {REPRODUCED: "holds", NOT_REPRODUCED: "does not hold", INCONCLUSIVE: "inconclusive"}
 DEFAULT_BASELINE = "fedavg"
+# The largest margin a difference of the reported metric can clear, in points: the span of its range as pages show
+# it (100 for an accuracy in %). A negative margin would let `beats` hold for a method that is worse.
+MAX_THRESHOLD = metrics.reported().scale.shown(metrics.reported().scale.bounds[1])
 
 
 @dataclass(frozen=True)
@@ -224,7 +227,7 @@ def csv_text(comparisons: list[Comparison]) -> str:
         record = c.record()
         writer.writerow([c.dataset, c.partition, c.method, c.baseline, len(c.seeds), record["mean"], record["low"],
                          record["high"], c.threshold, c.verdicts["beats"], c.verdicts["at least as good"],
-                         json.dumps(record["diverged"], sort_keys=True), *_decide_cells(c),
+                         json.dumps(record["diverged"], sort_keys=True, allow_nan=False), *_decide_cells(c),
                          *(getattr(c.clients.get(name), end, None) for name in client_outcomes.NAMES
                            for end in ("mean", "low", "high"))])
     return out.getvalue()
@@ -245,7 +248,7 @@ def write_comparison(comparisons: list[Comparison], root: Path = Path(".")) -> l
     """The suite's comparison files (results/tables/compare/<suite>.{md,csv,json,png}), written atomically."""
     suite = comparisons[0].suite
     texts = {"md": markdown(comparisons), "csv": csv_text(comparisons),
-             "json": json.dumps([c.record() for c in comparisons], indent=1) + "\n"}
+             "json": json.dumps([c.record() for c in comparisons], indent=1, allow_nan=False) + "\n"}
     written = []
     for ext, text in texts.items():
         path = root / paths.COMPARISON.format(suite=suite, ext=ext)
@@ -264,8 +267,9 @@ def add_parser(sub) -> None:
     p.add_argument("--suite", required=True)
     p.add_argument("--baseline", help=f"the method compared against (default: {DEFAULT_BASELINE} where the suite "
                                       "runs it, else its first method)")
-    p.add_argument("--threshold", type=float, help="the margin `beats` must clear, in points (default: the "
-                                                   "policy's, 0)")
+    p.add_argument("--threshold", type=arguments.number(0, MAX_THRESHOLD),
+                   help=f"the margin `beats` must clear, in points, from 0 to {MAX_THRESHOLD:g} (default: the "
+                        "policy's, 0)")
     p.add_argument("--json", action="store_true", help="one JSON record per comparison")
     p.add_argument("--write", action="store_true", help="write results/tables/compare/<suite>.{md,csv,json,png}")
 
@@ -275,6 +279,6 @@ def cmd_compare(params: Params, args) -> None:
     if args.write:
         print("wrote " + ", ".join(str(path) for path in write_comparison(comparisons)))
     elif args.json:
-        print(json.dumps([c.record() for c in comparisons], indent=1))
+        print(json.dumps([c.record() for c in comparisons], indent=1, allow_nan=False))
     else:
         print(markdown(comparisons), end="")

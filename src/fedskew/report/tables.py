@@ -30,7 +30,7 @@ def collect(params: Params, suite: str, root: Path = Path(".")) -> pd.DataFrame:
     """One row per run of the suite, read from results/runs/.../metrics.json (verified), with its final round's
     per-client outcomes (fedskew.client_outcomes: from history.csv and the partition's summary)."""
     runs = params.runs([suite])
-    records = [read_metrics(cfg, root) for cfg in runs]   # an untrained or damaged run is named first
+    records = [read_metrics(cfg, root) for cfg in runs]   # an untrained, damaged or impossible run is named first
     client_outcomes.require_partitions(runs, root)
     return pd.DataFrame([{"status": "finished", **cfg.keys, **record, **client_outcomes.final_values(cfg, root)}
                          for cfg, record in zip(runs, records)])
@@ -66,6 +66,7 @@ def statistics_over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     out.columns = [f"{metric}_{stat}" for metric, stat in out.columns]
     out["seeds"] = grouped["seed"].count() - grouped["diverged"].sum()
     out["diverged"] = grouped["diverged"].sum()
+    _require_every_seeds_number(out, grouped[metrics.reported_key()].count())
     measured = grouped[client_values()].count()
     for key in client_values():
         short = measured[key] < out["seeds"]
@@ -73,6 +74,18 @@ def statistics_over_seeds(runs: pd.DataFrame) -> pd.DataFrame:
     # the per-client outcomes last, so that every column before them stays where it was
     last = [f"{key}_{stat}" for key in client_values() for stat in ("mean", "std")]
     return out[[c for c in out.columns if c not in last] + last].reset_index()
+
+
+def _require_every_seeds_number(out: pd.DataFrame, numbers: pd.Series) -> None:
+    """A cell's n is the seeds that finished: each must have given the reported number (fedskew.runfiles refuses a
+    run file without it), else the cell would show the mean of fewer seeds under a larger n. A ValueError naming
+    the grid points otherwise."""
+    short = numbers != out["seeds"]
+    if short.any():
+        key = metrics.reported_key()
+        raise ValueError("; ".join(f"{' / '.join(point)}: {int(out.loc[point, 'seeds'])} seeds finished, "
+                                   f"{int(numbers[point])} with a {key}" for point in out.index[short])
+                         + ": a cell's n would not count the numbers it averages")
 
 
 def _cell(mean: float, std: float, n: int, diverged: int = 0) -> str:
@@ -135,12 +148,13 @@ def protocol_lines(params: Params, suite: str) -> list[str]:
     for setting in body["settings"]:
         dataset = setting["dataset"]
         training = params.training(suite, dataset)
-        lines.append(f"{dataset} ({json.dumps(params.dataset_spec(dataset), sort_keys=True)}): "
+        lines.append(f"{dataset} ({json.dumps(params.dataset_spec(dataset), sort_keys=True, allow_nan=False)}): "
                      + ", ".join(f"{k}={v}" for k, v in training.items()))
         for partition in setting["partitions"]:
-            lines.append(f"partition {partition}: {json.dumps(params.partition_spec(partition), sort_keys=True)}")
+            lines.append(f"partition {partition}: "
+                         f"{json.dumps(params.partition_spec(partition), sort_keys=True, allow_nan=False)}")
     for method in body["methods"]:
-        lines.append(f"method {method}: {json.dumps(params.method_spec(method), sort_keys=True)}")
+        lines.append(f"method {method}: {json.dumps(params.method_spec(method), sort_keys=True, allow_nan=False)}")
     return lines
 
 
@@ -240,7 +254,7 @@ def write_tables(params: Params, suite: str, root: Path = Path(".")) -> dict[str
     atomic_write_text(out["md"], _markdown(table, wide_table(summary, traffic=True), clients, suite, protocol))
     atomic_write_text(out["tex"], _latex(table, clients, suite))
     atomic_write_text(out["csv"], _csv(summary))
-    atomic_write_text(out["json"], json.dumps(_flat(summary), indent=2) + "\n")
+    atomic_write_text(out["json"], json.dumps(_flat(summary), indent=2, allow_nan=False) + "\n")
     out["runs"] = root / paths.RUN_INDEX.format(suite=suite)
     out["runs"].parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out["runs"], run_index(params, suite))

@@ -32,11 +32,19 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import yaml
-
+from fedskew import user_files
 from fedskew.config_errors import suggestion
 from fedskew.reproduce.paper_tables import load_paper_table
-from fedskew.reproduce.policy import INCONCLUSIVE, NOT_REPRODUCED, NOT_RUN, PARTLY, REPRODUCED, WordRule, load_policy
+from fedskew.reproduce.policy import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_RUN,
+    PARTLY,
+    REPRODUCED,
+    WordRule,
+    load_policy,
+    magnitude_problem,
+)
 
 CLAIMS_DIR = Path(__file__).parent / "claims"
 KINDS = ("gap", "drop", "trend", "gap_trend")
@@ -214,11 +222,14 @@ def _check_fields(claim: Claim) -> None:
 @cache
 def load_claims() -> tuple[Claim, ...]:
     out: list[Claim] = []
-    for path in sorted(CLAIMS_DIR.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        for raw in doc["claims"]:
+    for path in user_files.yaml_files(CLAIMS_DIR, (".yaml",)):
+        parsed = user_files.load(path, CLAIMS_DIR)  # strictly: a key written twice is an error, not the last kept
+        doc = parsed.data
+        for index, raw in enumerate(doc["claims"]):
             if "word" not in raw:
                 raise ClaimError(f"{path}: claim {raw.get('id')} names no word (word:, see policy.yaml)")
+            if "x" in raw and (problem := magnitude_problem(raw["x"])) is not None:
+                raise ClaimError(f"{parsed.at(('claims', index, 'x'))} (claim {raw.get('id')}): {problem}")
             claim = Claim(id=raw["id"], paper=doc["paper"], section=str(raw.get("section", "")),
                           quote=raw["quote"], statement=raw["statement"], kind=raw["kind"], table=raw["table"],
                           word=raw["word"], raw=raw)

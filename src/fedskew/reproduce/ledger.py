@@ -181,5 +181,5 @@ def write_ledger(params: Params, out_md: Path, out_json: Path, root: Path = Path
             "claims": records, "proxies": proxies, "missing_classes": missing,
             "on_paper": paper_causes(records),
             "hangs_on": {r["id"]: hinges(r) for r in records if hinges(r)}}
-    atomic_write_text(out_json, json.dumps(twin, indent=1) + "\n")
+    atomic_write_text(out_json, json.dumps(twin, indent=1, allow_nan=False) + "\n")
     return records

@@ -27,17 +27,17 @@ wrong shape) is refused with the file, each claim's problem and what to write in
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from fedskew import metrics, paths
+from fedskew import metrics, paths, user_files
 from fedskew.config import ConfigError, Params, RunConfig
 from fedskew.config_errors import suggestion
 from fedskew.reproduce.claim import Claim, ClaimError, check_claim
 from fedskew.reproduce.layouts import Layout, paper_table_metrics
-from fedskew.reproduce.policy import load_policy
+from fedskew.reproduce.policy import load_policy, magnitude_problem
 from fedskew.reproduce.tables import cell_runs
 
 CLAIMS_FOLDER = Path("experiments/claims")
@@ -92,8 +92,9 @@ class OwnClaims:
 
 
 def claims_files(folder: Path = CLAIMS_FOLDER) -> list[Path]:
-    """The claims files of a folder, by name (none if it does not exist)."""
-    return sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    """The claims files of a folder, by name (none if it does not exist): its `*.yaml`, without hidden files and
+    editors' lock and backup files (fedskew.user_files.yaml_files)."""
+    return user_files.yaml_files(folder, (".yaml",))
 
 
 def ledger_path(path: Path, ext: str) -> str:
@@ -113,14 +114,13 @@ def suite_layout(params: Params, suite: str, protocols: dict[str, str], metric: 
                   metric=metric)
 
 
-def _read(path: Path, shown: str) -> dict:
-    if not path.is_file():
+def _read(path: Path, shown: str) -> user_files.Document:
+    """A claims file, read strictly (fedskew.user_files), in the shape of one, its numbers checked."""
+    if not os.path.lexists(path):
         raise ConfigError(f"{shown}: no such claims file; claims of your own go in {CLAIMS_FOLDER}/<name>.yaml "
                           "(docs/reproducing-papers.md, \"Claims of your own\")")
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{shown}: not valid YAML: {error}") from None
+    parsed = user_files.load(path, user_files.project_of(path), shown)
+    doc = parsed.data
     if not isinstance(doc, dict):
         raise ConfigError(f"{shown}: a claims file is a mapping of {', '.join(FILE_KEYS)}, not a "
                           f"{type(doc).__name__}")
@@ -133,9 +133,32 @@ def _read(path: Path, shown: str) -> dict:
     if metric not in paper_table_metrics():
         problems.append(f"metric {metric!r} is not a final-round metric{suggestion(metric, paper_table_metrics())}; "
                         f"allowed: {', '.join(paper_table_metrics())}")
+    problems += _number_problems(parsed)
     if problems:
         raise ConfigError(f"{shown} is invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
-    return doc
+    return parsed
+
+
+def _number_problems(parsed: user_files.Document) -> list[str]:
+    """Each number of a claims file that cannot be what it says, at its line and key: a magnitude `x` must be a
+    finite number >= 0 (fedskew.reproduce.policy.magnitude_problem), and no number anywhere may be NaN or ±inf."""
+    found: list[tuple[int, str]] = []
+    stack: list[tuple[tuple, object]] = [((), parsed.data)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, dict):
+            stack += [((*path, key), value) for key, value in node.items()]
+        elif isinstance(node, list):
+            stack += [((*path, index), value) for index, value in enumerate(node)]
+        if len(path) == 3 and path[0] == "claims" and path[2] == "x":
+            problem = magnitude_problem(node)
+        elif isinstance(node, float) and not math.isfinite(node):
+            problem = f"{'.nan' if math.isnan(node) else '.inf' if node > 0 else '-.inf'} is not a finite number"
+        else:
+            continue
+        if problem is not None:
+            found.append((parsed.line(path), f"line {parsed.line(path)}: {user_files.key_path(path)}: {problem}"))
+    return [text for _, text in sorted(found)]
 
 
 def _grid_points(params: Params, suite: str) -> set[tuple[str, str, str]]:
@@ -228,7 +251,7 @@ def load_own_claims(path: Path, params: Params) -> OwnClaims:
     """A claims file, checked against params.yaml (with experiments/) and the policy: a ConfigError naming the
     file and listing every claim's problem with what to write instead."""
     shown = Path(path).as_posix()
-    doc = _read(Path(path), shown)
+    doc = _read(Path(path), shown).data
     metric = doc.get("metric", metrics.reported_key())
     claims, layouts, protocols, problems = [], {}, {}, []
     if doc.get("suite") is not None and (problem := _suite_problem(params, doc["suite"], "suite")):

@@ -107,5 +107,5 @@ def write_own_ledger(params: Params, claims_file: Path, root: Path = Path(".")) 
             "suites": own.suites, "claims": records, "hangs_on": {r["id"]: hinges(r) for r in records if hinges(r)}}
     md = root / ledger_path(claims_file, "md")
     atomic_write_text(md, page)
-    atomic_write_text(root / ledger_path(claims_file, "json"), json.dumps(twin, indent=1) + "\n")
+    atomic_write_text(root / ledger_path(claims_file, "json"), json.dumps(twin, indent=1, allow_nan=False) + "\n")
     return records, md

@@ -51,16 +51,32 @@ class WordRule:
     papers: tuple[str, ...]
 
     def magnitude(self, x: float | None = None) -> float:
-        """The threshold, with the sentence's own X for "by X %"."""
+        """The threshold, with the sentence's own X for "by X %" (a finite number >= 0: `magnitude_problem`)."""
         if self.threshold == "X":
             if x is None:
                 raise PolicyError(f"word {self.word!r} needs the number the sentence quotes (x:)")
+            if (problem := magnitude_problem(x)) is not None:
+                raise PolicyError(f"x: {problem}")
             return float(x)
         if x is not None:
             raise PolicyError(f"word {self.word!r} takes no x (only 'by X %' does)")
         if self.threshold is None:
             raise PolicyError(f"word {self.word!r} has no rule: a claim cannot rest on it")
         return float(self.threshold)
+
+
+def magnitude_problem(value: object) -> str | None:
+    """Why a claim's magnitude (the `x` of "by X %") cannot be one, or None: it is the gap the sentence quotes,
+    a finite number >= 0 (a negative one would turn "beats by" into "loses by"; NaN would judge nothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not a number; write the gap the sentence quotes, e.g. x: 9.07"
+    if not math.isfinite(value):
+        spelling = ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+        return f"{spelling} is not a finite number; write the gap the sentence quotes, e.g. x: 9.07"
+    if value < 0:
+        return (f"{value!r} is negative; x is the size of the gap the sentence quotes, >= 0 (`better: lower` turns "
+                "the direction)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -93,15 +109,17 @@ def parse_policy(doc: dict, origin: str = "<memory>") -> Policy:
         if raw.get("kind") not in KINDS:
             raise PolicyError(f"{origin}: word {name!r} has kind {raw.get('kind')!r}; allowed: {KINDS}")
         threshold = raw.get("threshold")
-        if threshold not in (None, "X") and (not isinstance(threshold, (int, float)) or threshold < 0):
+        if threshold not in (None, "X") and magnitude_problem(threshold) is not None:
             raise PolicyError(f"{origin}: word {name!r} threshold {threshold!r} is not >= 0, 'X' or null")
         if threshold is not None and raw.get("ties") not in ("hold", "fail"):
             raise PolicyError(f"{origin}: word {name!r} must say whether ties hold or fail")
         words[name] = WordRule(name, raw["kind"], threshold, raw.get("ties") == "hold", str(raw["rule"]),
                                tuple(map(str, raw.get("papers") or ())))
     sensitivity = tuple(float(f) for f in doc["sensitivity"])
-    if float(doc["trend_tolerance"]) < 0 or any(f <= 0 for f in sensitivity):
-        raise PolicyError(f"{origin}: trend_tolerance must be >= 0 and sensitivity factors > 0")
+    if (magnitude_problem(doc["trend_tolerance"]) is not None
+            or any(not (math.isfinite(f) and f > 0) for f in sensitivity)):
+        raise PolicyError(f"{origin}: trend_tolerance must be a finite number >= 0 and sensitivity factors finite "
+                          "and > 0")
     return Policy(level=float(interval["level"]), interval_method="t", interval_note=str(interval.get("note", "")),
                   trend_tolerance=float(doc["trend_tolerance"]), sensitivity=sensitivity, words=words,
                   quantifiers={str(k): str(v) for k, v in doc["quantifiers"].items()})

@@ -376,7 +376,7 @@ def write_paper_table(params: Params, table_id: str, out_md: Path, out_json: Pat
 
     text, record = render(params, table_id, root)
     atomic_write_text(out_md, text)
-    atomic_write_text(out_json, json.dumps(record, indent=1, default=_json_default) + "\n")
+    atomic_write_text(out_json, json.dumps(record, indent=1, default=_json_default, allow_nan=False) + "\n")
 
 
 def _json_default(value):

@@ -7,6 +7,10 @@
 - `clients`: each evaluated round's per-client outcomes (fedskew.client_outcomes) as metrics of the section
   `clients/`, and the tag saying whether a run has them.
 - `recorded`: what the store records: the fedskew experiments, their runs, each run's status.
+- `reach`: whether a tracking server answers, probed in seconds once per build (or per job's run), and MLflow's
+  own HTTP retries bounded, so that a silent server costs a build seconds and its runs wait for `fedskew track`.
+- `redaction`: the tracking URI as fedskew prints it, and every line of a fedskew process (MLflow's and urllib3's
+  included) cleaned of the URI's secrets: user-info, query and fragment.
 - `worker`: the job's tracking worker process (`python -m fedskew.tracking.worker`), which runs the
   `LiveRun`s beside the training so that MLflow's import and SQL work stay off the training's core.
 

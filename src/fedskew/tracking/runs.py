@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from fedskew.metrics import mlflow_section
-from fedskew.tracking import clients
+from fedskew.tracking import clients, reach
 from fedskew.tracking.store import (
     TrackingStoreError,
     ensure_store,
     import_mlflow,
     local_store_path,
-    redacted,
     store_lock,
     tracking_uri,
 )
+from fedskew.tracking.redaction import redact_uri, redacted
 
 log = logging.getLogger(__name__)
 
@@ -136,15 +136,17 @@ def _log_dataset(client: Any, run_id: str, dataset_input: Any) -> None:
     fails on the store's unique key (experiment, name, digest) with BAD_REQUEST. Seen on the one-node
     SLURM cluster (tests/cluster). The failed transaction leaves nothing behind, and a retry finds
     the other job's row and links it, so retrying is safe; a local store never clashes, since its
-    writers take the store's file lock. Bounded: DATASET_LOG_TRIES attempts."""
+    writers take the store's file lock. Bounded: DATASET_LOG_TRIES attempts, and only when the server
+    answered: a request that got no answer has had MLflow's own retries already (fedskew.tracking.reach),
+    and trying it again would multiply the wait for a hung server."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(1, DATASET_LOG_TRIES + 1):
         try:
             client.log_inputs(run_id, datasets=[dataset_input])
             return
-        except MlflowException:
-            if attempt == DATASET_LOG_TRIES:
+        except MlflowException as error:
+            if attempt == DATASET_LOG_TRIES or reach.unanswered(error):
                 raise
             time.sleep(0.2 * attempt)
 
@@ -352,6 +354,6 @@ def log_run(*, project_root: Path, experiment: str, run_name: str, params: dict,
             raise
         marked = f"; run {run.run_id} marked FAILED" if run.run_id else ""
         raise RuntimeError(redacted(f"logging run {run_name!r} (experiment {experiment!r}) to MLflow store "
-                                    f"{run.uri} failed{marked}: {exc}")) from exc
-    log.info("logged run %s (%s) to %s", run_name, run.run_id, redacted(run.uri))
+                                    f"{redact_uri(run.uri)} failed{marked}: {exc}")) from exc
+    log.info("logged run %s (%s) to %s", run_name, run.run_id, redact_uri(run.uri))
     return run.run_id

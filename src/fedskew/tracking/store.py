@@ -19,7 +19,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import shutil
 import sqlite3
 import sys
@@ -27,6 +26,9 @@ import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
+
+from fedskew.tracking.reach import bound_http_retries
+from fedskew.tracking.redaction import redacted  # noqa: F401 - its home before fedskew.tracking.redaction
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +47,6 @@ def tracking_uri(project_root: Path) -> str:
     (`move_credentials_out_of_uri`), so that the URI fedskew and MLflow print holds none."""
     move_credentials_out_of_uri()
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(project_root).resolve() / DEFAULT_DB_NAME}"
-
-
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s]*@")
-
-
-def redacted(text: str) -> str:
-    """`text` (a URI, or a message holding some) with every URL's user name and password replaced by ***."""
-    return _USERINFO.sub(r"\1***@", text)
 
 
 def move_credentials_out_of_uri(environ: MutableMapping[str, str] = os.environ) -> str | None:
@@ -232,7 +226,10 @@ def ensure_store(uri: str) -> None:
 
 def import_mlflow(uri: str) -> type:
     """Import MLflow (and, for SQLite, its slow SQLAlchemy store) before taking the lock, so
-    parallel writers spend their CPU-bound import time in parallel, not queued behind each other."""
+    parallel writers spend their CPU-bound import time in parallel, not queued behind each other.
+    Every process that talks to a tracking server comes here first: its HTTP retries are bounded from here on
+    (fedskew.tracking.reach)."""
+    bound_http_retries()
     for name in _NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     from mlflow.tracking import MlflowClient

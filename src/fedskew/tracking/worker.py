@@ -31,7 +31,10 @@ its stdin closes in the middle of a run (the job was killed with -9) it exits at
 the run RUNNING, exactly as a killed in-process job did: the retry continues the same run. A
 worker that cannot start, fails to track, dies, or has not finished END_WAIT_S after the end
 sets `SidecarRun.error` (and, if the worker is gone, that of the job's later runs too); the
-job still succeeds and its run files stay the truth (`fedskew track` logs them later).
+job still succeeds and its run files stay the truth (`fedskew track` logs them later). Before a run, the
+worker asks whether the tracking server answers (fedskew.tracking.reach: the build's verdict, or a probe of a
+few seconds): a silent one is not asked again, and its runs end at once with that error, in seconds instead of
+MLflow's minutes of retries.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import fedskew
-from fedskew.tracking import runs
+from fedskew.tracking import reach, redaction, runs
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +263,7 @@ class _Worker:
         self.live: runs.LiveRun | None = None
         self.waiting = 0  # metric values received since the last batch
         self.last_batch: float | None = None
+        self.silent_server: str | None = None  # why the tracking server does not answer, once found
 
     def reply(self, after: str) -> None:
         try:
@@ -275,6 +279,13 @@ class _Worker:
                                  uri=command["uri"], strict=False, flush_every_s=command["flush_every_s"],
                                  dataset=command.get("dataset"))
         self.waiting, self.last_batch = 0, None
+        # A silent server is found in seconds (fedskew.tracking.reach), and then not asked again by this job: the
+        # run is left to `fedskew track`, as after any tracking failure; the job says so when the run ends.
+        if self.silent_server is None and (reason := reach.unreachable(self.live.uri)) is not None:
+            self.silent_server = reach.unreachable_message(self.live.uri, reason)
+        if self.silent_server is not None:
+            self.live.error = f"{self.silent_server}; the run was not recorded live"
+            return
         self.live.start()
 
     def rows(self, command: dict) -> None:
@@ -302,6 +313,7 @@ def main() -> None:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    redaction.install()  # MLflow's and urllib3's lines name the tracking URI, query and fragment included
     worker = _Worker(replies)
     handlers = {"start": worker.start, "rows": worker.rows, "end": worker.end}
     # Runs come one after another: start, rows..., end, start, ... The job closes stdin after its

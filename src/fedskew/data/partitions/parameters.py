@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedskew.declarations import numbers_problem
+
 # The shared definitions of params.schema.yaml a parameter may name instead of a range (`ref`), with the type
 # of value each holds (tests/unit/test_partition_plugins.py compares them with the file).
 SCHEMA_REFS: dict[str, type] = {"sample_count": int, "round_count": int, "epoch_count": int, "seed": int,
@@ -54,17 +56,11 @@ class Parameter:
                 return "give a ref or bounds, not both (the ref's definition holds the bounds)"
         elif self.type is int and self.maximum is None:
             return "an int needs a `maximum` (params.yaml bounds every integer) or a ref such as 'sample_count'"
-        if self.default is None:
-            return None
-        if isinstance(self.default, bool) or not isinstance(self.default, int if self.type is int else (int, float)):
+        if self.default is not None and (isinstance(self.default, bool) or
+                                         not isinstance(self.default, int if self.type is int else (int, float))):
             return f"the default {self.default!r} is not of its type, {self.type.__name__}"
-        return self._default_out_of_bounds(bounds)
-
-    def _default_out_of_bounds(self, bounds: dict[str, float]) -> str | None:
-        checks = {"minimum": lambda b: self.default >= b, "maximum": lambda b: self.default <= b,
-                  "exclusive_minimum": lambda b: self.default > b, "exclusive_maximum": lambda b: self.default < b}
-        broken = [f"{key}={bound}" for key, bound in bounds.items() if not checks[key](bound)]
-        return f"the default {self.default!r} breaks its own {', '.join(broken)}" if broken else None
+        # finite bounds that leave a value, and a finite default that keeps them (as a method's hyperparameters)
+        return numbers_problem(self.default, bounds)
 
     def schema(self) -> dict:
         """The JSON schema of the values params.yaml may give it."""

@@ -86,7 +86,7 @@ def _summary_json(p: Partition) -> str:
         "client_sizes": p.client_sizes.tolist(),
         "label_counts": p.label_counts.tolist(),
     }
-    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True)
+    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=True, allow_nan=False)
     # Collapse lists of integers onto one line so that label_counts reads as a table.
     text = re.sub(
         r"\[\s*(-?\d+(?:\s*,\s*-?\d+)*)\s*\]",
