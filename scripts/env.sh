@@ -42,9 +42,19 @@ if [ -f "$thin/fedskew-env" ] && [ "$(cat "$thin/fedskew-env")" = "$stamp" ] && 
 fi
 
 mkdir -p "$env_home"
+lockfile="$env_home/$hash.lock"
 (
-  # One builder per hash at a time: parallel clones wait instead of racing.
-  flock 9
+  # One builder per hash at a time: parallel clones wait instead of racing. A clone that waits says once what
+  # for, with what the holder wrote into the lock file (which process, of which clone, since when), rather than
+  # minutes of silence. The file is opened for appending, so that a waiter never erases what it says.
+  if ! flock -n 9; then
+    holder=$(head -c 300 "$lockfile" | tr -d '\n')
+    echo "fedskew: waiting for the shared environment $shared: ${holder:-another process} holds its lock" \
+      "($lockfile); going on once it is released" >&2
+    flock 9
+  fi
+  trap ': > "$lockfile"' EXIT  # the holder's line goes with its hold, a failed build's too
+  echo "process $$ of the clone $root (since $(date -u '+%Y-%m-%d %H:%M:%S UTC'))" > "$lockfile"
   if [ ! -f "$shared/.complete" ]; then
     echo "fedskew: building the shared environment $shared (once per requirements.lock; several minutes)" >&2
     rm -rf "$shared"
@@ -56,7 +66,7 @@ mkdir -p "$env_home"
     "$shared/bin/python" -c 'import torch, torchvision; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)'
     touch "$shared/.complete"
   fi
-) 9>"$env_home/$hash.lock"
+) 9>>"$lockfile"
 
 # Thin per-clone environment: its own interpreter link, the shared site-packages, and src/.
 rm -rf "$thin"

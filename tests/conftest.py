@@ -7,16 +7,24 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fedskew import plugins
 from fedskew.numerics import cpu_pin
 
 # The kernels a training job uses (`python -m fedskew` pins them first thing): tests that train in this
 # process then compute what the jobs compute (fedskew.numerics.cpu_pin).
 cpu_pin.apply()
+
+# fedskew's tests see the pieces fedskew ships, and the plugins a test installs itself (into a folder of its own that
+# it puts on the path), never those a user installed in the environment: fedskew takes no plugin from the folders on
+# the path as the tests start (fedskew.plugins.visible). Set before any test module is collected (some enumerate
+# the methods as they are imported), and inherited by every command a test runs.
+os.environ[plugins.IGNORED_FOLDERS] = os.pathsep.join(folder for folder in sys.path if folder)
 
 # Before its first import: a failing assert in a helper reports its values, as in a test module.
 pytest.register_assert_rewrite("tests.helpers")

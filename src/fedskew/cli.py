@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -30,17 +29,16 @@ log = logging.getLogger("fedskew")
 
 def cmd_validate(params: Params, args: argparse.Namespace) -> None:
     """Every suite of params.yaml and experiments/ expanded into its runs (what any Snakemake target would ask),
-    each method, dataset and partition they name resolved, every plugin loaded: a problem is a ConfigError."""
-    from fedskew.catalog import methods
-
+    each method, dataset and partition they name resolved, every plugin loaded (and named, of every kind): a
+    problem is a ConfigError."""
     every = params.runs(list(params.raw["suites"]))
     runs = params.runs()
     files = sorted(set(params.origins.values()))
-    plugins = sorted({record["plugin"] for record in methods().values() if "plugin" in record})
+    pieces = ", ".join(listings.plugin_pieces())
     print(f"{args.params}{f' and {len(files)} experiment file(s)' if files else ''} valid: "
           f"{len(params.raw['suites'])} suites, {len(every)} runs"
-          f"{f'; methods of plugin(s) {plugins}' if plugins else ''}; "
-          f"built by default: suites {params.default_suites}, {len(runs)} runs, "
+          f"{f'; plugins: {pieces}' if pieces else ''}; "
+          f"built by `snakemake --cores all`: suites {params.default_suites}, {len(runs)} runs, "
           f"{len(params.partitions_needed())} partitions")
 
 
@@ -113,7 +111,7 @@ def _suites_of(params: Params, names: list[str] | None) -> list[str]:
         if name not in params.raw["suites"]:
             raise ConfigError(f"{name!r} is not a suite{suggestion(name, params.raw['suites'])}; defined: "
                               f"{', '.join(params.raw['suites'])}")
-    return list(dict.fromkeys(names)) if names else params.default_suites
+    return list(dict.fromkeys(names)) if names else params.run_suites  # `make run`'s: an experiment's when named
 
 
 def cmd_stale(params: Params, args: argparse.Namespace) -> None:
@@ -141,12 +139,14 @@ def _one_build(args: argparse.Namespace):
 
 
 def cmd_run(params: Params, args: argparse.Namespace) -> int:
-    """Build suites in place, then say whether every rebuilt table equals the committed one (`make run`)."""
+    """Build run.suites (or --suite ...) in place, then say of each suite whether its rebuilt tables equal what
+    they were compared with: the committed ones, a previous build's, or nothing (`make run`)."""
     from fedskew import rebuild
 
+    suites = _suites_of(params, args.suite)
     with _one_build(args):
-        _say_what_is_stale(params, _suites_of(params, args.suite))
-        code, text = rebuild.run_in_place(params, _suites_of(params, args.suite), cores=args.cores)
+        _say_what_is_stale(params, suites)
+        code, text = rebuild.run_in_place(params, suites, cores=args.cores)
     print(text, flush=True)
     return code
 
@@ -187,19 +187,11 @@ def cmd_dvc_lock(params: Params, args: argparse.Namespace) -> None:
     print("\n".join(dvclock.record_lock()))
 
 
-def ui_links(uri: str, base_url: str) -> list[str]:
-    """A link to each fedskew suite's runs table, in the UI's Model training mode (docs/tracking.md)."""
+def cmd_ui(params: Params, args: argparse.Namespace) -> int:
+    """Start `mlflow ui` on the project's store, and print a link to each suite's runs once it answers."""
     from fedskew import tracking
-
-    return [f"{name}: {base_url}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            for name, experiment_id in tracking.fedskew_experiments(uri)]
-
-
-def cmd_ui(params: Params, args: argparse.Namespace) -> None:
-    """Start `mlflow ui` on the project's store, after printing a link to each suite's runs."""
-    from fedskew import tracking
-
     from fedskew.tracking.redaction import redact_uri, server_address
+    from fedskew.tracking.ui import serve, ui_links
 
     uri = tracking.tracking_uri(Path("."))
     if not uri.startswith("sqlite:"):
@@ -207,16 +199,13 @@ def cmd_ui(params: Params, args: argparse.Namespace) -> None:
             print(line)
         print(f"MLFLOW_TRACKING_URI is a server ({redact_uri(uri)}): open it there; no local UI is started",
               flush=True)
-        return
-    base = f"http://{args.host}:{args.port}"
-    links = ui_links(uri, base) if Path(tracking.sqlite_store_path(uri)).exists() else []
-    print("\n".join(links) if links else f"no fedskew run is recorded in {uri} yet: `make run` records some",
-          flush=True)
-    print(f"starting mlflow ui on {base} (Ctrl-C stops it)", flush=True)
+        return 0
+    links = ui_links(uri, f"http://{args.host}:{args.port}") if Path(tracking.sqlite_store_path(uri)).exists() else []
     mlflow = Path(sys.executable).with_name("mlflow")
     command = [str(mlflow) if mlflow.exists() else "mlflow", "ui", "--backend-store-uri", uri,
                "--host", args.host, "--port", str(args.port)]
-    os.execvp(command[0], command)
+    return serve(command, args.host, args.port,
+                 links or [f"no fedskew run is recorded in {uri} yet: `make run` records some"])
 
 
 def cmd_cost(params: Params, args: argparse.Namespace) -> None:
@@ -292,9 +281,10 @@ _WAIT_HELP = "when another build is running in this project, wait for it to end 
 def _add_build_commands(sub: argparse._SubParsersAction) -> None:
     """The commands that start Snakemake (run, reproduce, verify), the UI, and the checks of what is out of date."""
     p = sub.add_parser("run", help="build run.suites (or --suite ...) in place: train the runs that are missing, "
-                                   "rebuild their tables, and say whether each is identical to the committed one "
-                                   "(make run)")
-    p.add_argument("--suite", nargs="+", help="the suites to build (default: run.suites of params.yaml)")
+                                   "rebuild their tables, and say of each what it was compared with (the committed "
+                                   "tables, a previous build's, or nothing) and whether it is identical (make run)")
+    p.add_argument("--suite", nargs="+", help="the suites to build, a suite of experiments/ too (default: run.suites "
+                                              "of params.yaml)")
     p.add_argument("--cores", default="all", type=arguments.cores, help="Snakemake's --cores (default: all)")
     p.add_argument("--wait", action="store_true", help=_WAIT_HELP)
     p = sub.add_parser("reproduce", help="train reproduce.suites and build the papers' tables beside ours and the "

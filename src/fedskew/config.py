@@ -62,14 +62,17 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         """The resolved configuration, as config.yaml and MLflow's params record it: with the numerics versions of
-        the pieces that compute it where one is not 1 (a run of version-1 pieces records none, as before versions)."""
-        versions = self.numerics_versions
+        the pieces that compute it where one is not 1 (a run of version-1 pieces records none, as before versions),
+        and, for each piece of an installed plugin, its distribution, version, entry point and code identity (a run
+        of built-in pieces records none)."""
+        versions, plugin_pieces = self.numerics_versions, self.plugins
         return {
             "suite": self.suite, "dataset": self.dataset, "dataset_spec": self.dataset_spec,
             "partition": self.partition, "partition_spec": self.partition_spec,
             "method": self.method, "method_spec": self.method_spec,
             "seed": self.seed, "training": self.training,
             **({"numerics_versions": versions} if versions else {}),
+            **({"plugins": plugin_pieces} if plugin_pieces else {}),
         }
 
     @property
@@ -78,6 +81,13 @@ class RunConfig:
         this run, read from their source files (fedskew.discovery): empty while all are at 1."""
         return run_versions(self.method_spec.get("algorithm"), self.train.model,
                             self.dataset_spec.get("source"), self.partition_spec.get("scheme"))
+
+    @property
+    def plugins(self) -> dict[str, dict[str, str]]:
+        """{piece: what the run records of it} for the pieces of installed plugins that compute this run
+        (fedskew.plugins.record): empty for a run of built-in pieces."""
+        return run_plugins(self.method_spec.get("algorithm"), self.train.model, self.dataset_spec.get("source"),
+                           self.partition_spec.get("scheme"))
 
     @cached_property
     def run_id(self) -> str:
@@ -91,9 +101,11 @@ class RunConfig:
         `training.on_divergence`, which only decides how a diverged run is reported.
         In it: the numerics versions of the pieces that compute the run (engine, method, model, dataset source,
         partition scheme: `numerics_versions`, part of to_dict, read from their source files) where one is not 1,
-        so that raising a piece's version retrains exactly its runs. Added (`identity`): the version of the portable
-        CPU kernels' recipe for the run's model (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed
-        under an older recipe is retrained;
+        so that raising a piece's version retrains exactly its runs; and the code identity of each piece of an
+        installed plugin (`plugins`: fedskew.plugin_code), so that editing a plugin's code retrains exactly the
+        runs it computes, its distribution's version left out (a release that changes no code retrains nothing).
+        Added (`identity`): the version of the portable CPU kernels' recipe for the run's model
+        (fedskew.numerics.cpu_pin.kernel_recipe), so that a run computed under an older recipe is retrained;
         and `FEDSKEW_CPU_KERNELS=native` where it turns the pin off (x86-64: cpu_pin.kernels_in_run_id), since
         the CPU's own kernels give other numbers, so that a native run never takes a portable run's place. Ids
         under the portable kernels (the default) are those they always were. A FEDSKEW_CPU_KERNELS that
@@ -118,6 +130,9 @@ def identity(config: dict) -> dict:
     content["training"] = {k: v for k, v in config["training"].items()
                            if k not in EXECUTION_SETTINGS and LATER_TRAINING_OPTIONS.get(k, object()) != v}
     content["method_spec"] = {k: v for k, v in config["method_spec"].items() if LATER_OPTIONS.get(k, object()) != v}
+    if "plugins" in config:  # a plugin piece's code, not its distribution's version: what moves its numbers
+        content["plugins"] = {piece: record.get("code") if isinstance(record, dict) else record
+                              for piece, record in config["plugins"].items()}
     recipe = cpu_pin.kernel_recipe(config["training"]["model"])
     if recipe != 1:  # runs published before recipes had versions were computed under recipe 1
         content["cpu_kernel_recipe"] = recipe
@@ -161,6 +176,23 @@ def _class_version(kind: str, name: str | None) -> int:
     return plugin.obj.version if plugin is not None else 1
 
 
+def run_plugins(algorithm: str | None, model: str | None, source: str | None,
+                scheme: str | None) -> dict[str, dict[str, str]]:
+    """{piece: its record (fedskew.plugins.record)} of the method, model, source and scheme of a run that installed
+    plugins declare, read without importing them; a built-in piece has none."""
+    built_in = {"method": discovery.declared_versions("method"),
+                "model": discovery.module_constant("fedskew.models", "VERSIONS"),
+                "source": discovery.declared_versions("source"), "scheme": discovery.declared_versions("scheme")}
+    named = {"method": algorithm, "model": model, "source": source, "scheme": scheme}
+    out = {}
+    for piece, name in named.items():
+        if name is not None and name not in built_in[piece]:
+            record = plugins.record(_PLUGIN_KINDS.get(piece, piece), name)
+            if record is not None:
+                out[piece] = record
+    return out
+
+
 def _model_version(model: str | None) -> int:
     """A model's numerics version: a built-in one's as fedskew.models.VERSIONS sets it (read without importing it),
     a plugin's as its declaration (fedskew.catalog.Model) does."""
@@ -192,10 +224,15 @@ class Params:
         return [name for section, name in self.origins if section == "suites"]
 
     @property
+    def run_suites(self) -> list[str]:
+        """What `make run` (`fedskew run` without --suite) builds and proves: run.suites of params.yaml."""
+        return list(self.raw["run"]["suites"])
+
+    @property
     def default_suites(self) -> list[str]:
-        """What `snakemake --cores all`, `dvc repro` and `fedskew run` build: run.suites, then every suite of
-        the experiments."""
-        return list(dict.fromkeys([*self.raw["run"]["suites"], *self.experiment_suites]))
+        """What `snakemake --cores all` and DVC's stages build: run.suites, then every suite of the experiments
+        (their stages in experiments/dvc.yaml, fedskew.dvcstages)."""
+        return list(dict.fromkeys([*self.run_suites, *self.experiment_suites]))
 
     def compared(self, suite: str) -> bool:
         """Whether the suite's methods are compared against a baseline (`fedskew compare`, built beside its
@@ -294,19 +331,21 @@ def load_params(source: Path | str | dict = "params.yaml", experiments: Path | N
     wanted = params_cache.key((path.name, data), sources)
     if (kept := params_cache.read(path, wanted)) is not None:
         return Params(*kept)
-    params = _validated(user_files.parse(data, str(path)).data, str(path), sources)
+    document = user_files.parse(data, str(path))
+    params = _validated(document.data, str(path), sources, document.lines)
     params_cache.write(path, wanted, params.raw, params.origins, params.inherits)
     return params
 
 
-def _validated(raw: Any, label: str, sources: list[tuple[str, bytes]]) -> Params:
-    """A parsed params file (`label`) with the experiments of `sources` merged in, validated."""
+def _validated(raw: Any, label: str, sources: list[tuple[str, bytes]], lines: dict[tuple, int] | None = None) -> Params:
+    """A parsed params file (`label`, its key paths on `lines` where known) with the experiments of `sources`
+    merged in, validated: each problem names the file, the line and the key (fedskew.experiments.locate)."""
     # The grids' sizes come first, counted from their lists' lengths: params.yaml's own before merging copies its
     # lists, then with the experiments' suites, before the schema walks every item. The cross-section checks read
     # the sections as the schema promises them, so they run only once it passes.
     problems = grid_size_problems(raw)
     if not problems:
-        merged = merge_experiments(raw, label, sources)
+        merged = merge_experiments(raw, label, sources, lines)
         problems = locate(merged, grid_size_problems(merged.raw) or schema_problems(merged.raw)
                           or cross_section_problems(merged.raw))
     if problems:
@@ -321,4 +360,4 @@ def run_config_yaml(cfg: RunConfig) -> str:
 # ConfigError (fedskew.config_errors) and read_params_file (fedskew.config_schema) are part of what reading
 # params.yaml offers: the workflow and the commands import them from here.
 __all__ = ["LATER_OPTIONS", "ConfigError", "Params", "RunConfig", "hash_identity", "identity", "load_params",
-           "read_params_file", "run_config_yaml", "run_versions"]
+           "read_params_file", "run_config_yaml", "run_plugins", "run_versions"]

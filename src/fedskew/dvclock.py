@@ -7,23 +7,53 @@ suite outside run.suites). It refuses a change of what a stage builds (a run id,
 `dvc repro` rebuilds and records. Outputs keep the hashes dvc.lock records (under a stage's former name, too), and a
 dependency on an earlier stage's output takes the hash recorded for that output: the lock says what was built,
 whatever this machine holds.
+
+The same for experiments/dvc.lock, which DVC keeps beside experiments/dvc.yaml (the stages of a researcher's own
+suites, fedskew.dvcstages): each stage is recorded in, and checked against, the lock beside its stage file.
 """
 
 from __future__ import annotations
 
 import copy
 import fnmatch
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
 from fedskew import user_files
 from fedskew.config import Params, load_params
-from fedskew.dvcstages import DvcFilesError, Stage, stages, write_stages
+from fedskew.dvcstages import EXPERIMENTS_FILE, ROOT_FILE, DvcFilesError, Stage, stages, write_stages
 from fedskew.runfiles import atomic_write_text
 
 LOCK_COMMAND = "python -m fedskew dvc-lock"
+
+
+def lock_of(file: str) -> str:
+    """The lock file DVC keeps beside a stage file: dvc.lock, experiments/dvc.lock."""
+    return PurePosixPath(file).with_name("dvc.lock").as_posix()
+
+
+def _records(root: Path, file: str) -> dict[str, dict]:
+    """The stages a stage file's lock records, by name (none where it has no lock)."""
+    path = root / lock_of(file)
+    return (yaml.safe_load(path.read_text()) or {}).get("stages", {}) if path.exists() else {}
+
+
+def _file_of(stage, root: Path) -> str:
+    """The stage file, from the project root, that holds one of DVC's stages."""
+    return Path(stage.path).resolve().relative_to(root.resolve()).as_posix()
+
+
+def address(file: str, name: str) -> str:
+    """A stage as DVC's commands name it from the project root: `train-default`, `experiments/dvc.yaml:train-x`."""
+    return name if file == ROOT_FILE else f"{file}:{name}"
+
+
+def _recorded_params(entry: dict) -> dict[str, Any]:
+    """Every params value a lock entry records, by key path, whichever file it is in (params.yaml's keys and an
+    experiment's name different things: they are merged as fedskew merges the files)."""
+    return {key: value for values in entry.get("params", {}).values() for key, value in values.items()}
 
 
 def _recorded_values(raw: dict, recorded: dict[str, Any]) -> dict:
@@ -83,42 +113,46 @@ def _repo(root: Path):
 
 
 def record_lock(root: Path = Path(".")) -> list[str]:
-    """Write dvc.yaml, then record in dvc.lock every stage's deps (hashed by DVC) and params as they are, keeping
-    the outputs' hashes; trains nothing. Lines saying what changed. DvcFilesError, writing nothing to dvc.lock,
-    when a stage would now build something else than dvc.lock recorded."""
+    """Write the stage files, then record in their locks (dvc.lock, and experiments/dvc.lock for the experiments'
+    stages) every stage's deps (hashed by DVC) and params as they are, keeping the outputs' hashes; trains nothing.
+    Lines saying what changed. DvcFilesError, writing no lock, when a stage would now build something else than its
+    lock recorded."""
     from dvc.stage import PipelineStage
 
     lines = [write_stages(root)]
     params = load_params(root / "params.yaml")
-    wanted = {stage.name: stage for stage in stages(params, root)}
-    lock_path = root / "dvc.lock"
-    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
+    wanted = {(stage.file, stage.name): stage for stage in stages(params, root)}
+    recorded = {file: _records(root, file) for file in (ROOT_FILE, EXPERIMENTS_FILE)}
 
     with _repo(root) as repo, repo.lock:
-        loaded = {s.name: s for s in repo.index.stages if isinstance(s, PipelineStage) and s.name in wanted}
-        # A stage's record: its own, or that of its former name (the one recording the same outputs).
+        loaded = {key: s for s in repo.index.stages
+                  if isinstance(s, PipelineStage) and (key := (_file_of(s, root), s.name)) in wanted}
+        # A stage's record: its own, or that of its former name (the one recording the same outputs, in either lock).
+        every = [entry for records in recorded.values() for entry in records.values()]
         previous = {}
-        for name, stage in loaded.items():
+        for (file, name), stage in loaded.items():
             paths = {out.def_path for out in stage.outs}
-            previous[name] = recorded.get(name) or next(
-                (entry for entry in recorded.values() if _outs_paths(entry) == paths), {})
+            previous[file, name] = recorded[file].get(name) or next(
+                (entry for entry in every if _outs_paths(entry) == paths), {})
         out_records = {out["path"]: out for entry in previous.values() for out in entry.get("outs", [])}
         produced = {out.def_path for stage in loaded.values() for out in stage.outs}
 
-        refused, entries = [], {}
-        for name in wanted:  # dvc.yaml's order
-            entries[name] = _stage_record(name, loaded[name], out_records, produced)
-            before = previous[name].get("params", {}).get("params.yaml")
-            if before is not None and (change := _changed_builds(params, wanted[name], before)):
-                refused.append(f"{name}: {change}")
+        refused, entries = [], {file: {} for file in recorded}
+        for (file, name), stage in wanted.items():  # the stage files' order
+            entries[file][name] = _stage_record(address(file, name), loaded[file, name], out_records, produced)
+            before = _recorded_params(previous[file, name])
+            if before and (change := _changed_builds(params, stage, before)):
+                refused.append(f"{address(file, name)}: {change}")
     if refused:
-        written = "dvc.yaml written; " if lines[0].startswith("dvc.yaml written") else ""
+        written = "".join(f"{part.partition(' written')[0]} written; " for part in lines[0].split("; ")
+                          if " written" in part)
         raise DvcFilesError(
-            f"{written}dvc.lock not written: params.yaml changes what these stages build since it recorded them: "
+            f"{written}no lock written: params.yaml (or an experiment) changes what these stages build since their "
+            "lock recorded them: "
             + "; ".join(refused) + f". `dvc repro` builds and records them (or `dvc commit -f <stage>` where they "
             f"are built here); `{LOCK_COMMAND}` records only changes that leave every result as it is")
 
-    return [*lines, _write_lock(lock_path, entries, recorded)]
+    return [*lines, *(line for file in entries if (line := _write_lock(root, file, entries[file], recorded[file])))]
 
 
 def _stage_record(name: str, stage, out_records: dict[str, dict], produced: set[str]) -> dict:
@@ -145,20 +179,27 @@ def _stage_record(name: str, stage, out_records: dict[str, dict], produced: set[
     return entry
 
 
-def _write_lock(lock_path: Path, entries: dict[str, dict], recorded: dict[str, dict]) -> str:
-    """Write dvc.lock (atomically) unless it already says this; the line saying what changed."""
+def _write_lock(root: Path, file: str, entries: dict[str, dict], recorded: dict[str, dict]) -> str:
+    """Write the lock of stage file `file` (atomically) unless it already says this, or remove it where the file
+    has no stage; the line saying what changed ("" for an absent lock that stays absent)."""
     from dvc.utils.serialize import dumps_yaml
 
+    lock, lock_path = lock_of(file), root / lock_of(file)
+    if not entries:
+        if not lock_path.exists():
+            return ""
+        lock_path.unlink()
+        return f"{lock} removed ({file} has no stage)"
     text = dumps_yaml({"schema": "2.0", "stages": entries})
     if text == (lock_path.read_text() if lock_path.exists() else ""):
-        return "dvc.lock is up to date"
+        return f"{lock} is up to date"
     atomic_write_text(lock_path, text)
     changed = [name for name, entry in entries.items() if recorded.get(name) != entry]
     dropped = sorted(set(recorded) - set(entries))
     if not changed and not dropped:
-        return "dvc.lock: stages put in dvc.yaml's order; no record changed"
-    return ("dvc.lock: deps and params recorded for " + (", ".join(changed) or "no stage")
-            + (f"; {', '.join(dropped)} dropped (not in dvc.yaml)" if dropped else "") + "; outputs kept as recorded")
+        return f"{lock}: stages put in {file}'s order; no record changed"
+    return (f"{lock}: deps and params recorded for " + (", ".join(changed) or "no stage")
+            + (f"; {', '.join(dropped)} dropped (not in {file})" if dropped else "") + "; outputs kept as recorded")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -166,16 +207,13 @@ def _write_lock(lock_path: Path, entries: dict[str, dict], recorded: dict[str, d
 
 
 def lock_problems(root: Path = Path(".")) -> list[str]:
-    """Where root/dvc.lock disagrees with dvc.yaml, the code and params.yaml, as DVC computes them: one line each,
-    empty when it agrees. Every stage is recorded with its command; every dependency path recorded exists as one
-    of the stage's; a dependency on an earlier stage's output carries the hash recorded for that output (which may
-    not be built here); every other dependency hashes as recorded; every params value is params.yaml's."""
-    from dvc.dependency import ParamsDependency
+    """Where the locks (dvc.lock, and experiments/dvc.lock beside the experiments' stages) disagree with their stage
+    files, the code, params.yaml and the experiments, as DVC computes them: one line each, empty when they agree.
+    Every stage is recorded with its command; every dependency path recorded exists as one of the stage's; a
+    dependency on an earlier stage's output carries the hash recorded for that output (which may not be built
+    here); every other dependency hashes as recorded; every params value is its file's."""
     from dvc.stage import PipelineStage
 
-    fix = f"run `{LOCK_COMMAND}`"
-    lock_path = root / "dvc.lock"
-    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}) if lock_path.exists() else {}
     files: dict[str, Any] = {}  # params.yaml and the experiment files, each read once
 
     def values(path: str) -> Any:
@@ -187,37 +225,49 @@ def lock_problems(root: Path = Path(".")) -> list[str]:
     with _repo(root) as repo:
         loaded = [s for s in repo.index.stages if isinstance(s, PipelineStage)]
         outputs = {out.def_path: out for stage in loaded for out in stage.outs}
-        for name in sorted(set(recorded) - {s.name for s in loaded}):
-            problems.append(f"dvc.lock records stage {name}, which dvc.yaml does not have: {fix}")
+        held = {(_file_of(s, root), s.name) for s in loaded}
+        recorded = {file: _records(root, file) for file in {ROOT_FILE, EXPERIMENTS_FILE} | {f for f, _ in held}}
+        for file, records in sorted(recorded.items()):
+            for name in sorted(n for n in records if (file, n) not in held):
+                problems.append(f"{lock_of(file)} records stage {name}, which {file} does not have: "
+                                f"run `{LOCK_COMMAND}`")
         for stage in loaded:
-            if stage.name not in recorded:
-                problems.append(f"{stage.name}: not in dvc.lock: {fix}")
-                continue
-            if stage.cmd_changed:
-                problems.append(f"{stage.name}: dvc.lock records another command: {fix}")
-            listed = {dep.def_path for dep in stage.deps}
-            recorded_paths = {dep["path"] for dep in recorded[stage.name].get("deps", [])}
-            for path in sorted(recorded_paths - listed):
-                gone = "" if (root / path).exists() else ", and it does not exist"
-                problems.append(f"{stage.name}: dvc.lock records dependency {path}, which dvc.yaml does not list"
-                                f"{gone}: {fix}")
-            for dep in stage.deps:
-                if isinstance(dep, ParamsDependency):
-                    changed = dep.workspace_status().get(str(dep), {})
-                    for key, status in changed.items():
-                        problems.append(f"{stage.name}: {dep.def_path} key {key} {status}: {fix}")
-                    for key, value in (dep.hash_info.value or {}).items():
-                        if key not in changed and _value_at(values(dep.def_path), key) != value:
-                            problems.append(f"{stage.name}: dvc.lock's {key} is not {dep.def_path}'s: {fix}")
-                elif dep.def_path in outputs:
-                    if dep.hash_info != outputs[dep.def_path].hash_info:
-                        problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded as the output "
-                                        f"dvc.lock records for it: {fix}")
-                elif dep.def_path not in recorded_paths:
-                    problems.append(f"{stage.name}: dependency {dep.def_path} is not recorded in dvc.lock: {fix}")
-                else:
-                    for path, status in dep.workspace_status().items():
-                        problems.append(f"{stage.name}: dependency {path} {status}: {fix}")
+            file = _file_of(stage, root)
+            problems += _stage_problems(stage, file, recorded[file].get(stage.name), outputs, values, root)
+    return problems
+
+
+def _stage_problems(stage, file: str, entry: dict | None, outputs: dict, values, root: Path) -> list[str]:
+    """Where one stage's record in the lock of its stage file `file` (`entry`, None: none) disagrees with the
+    stage as DVC computes it."""
+    from dvc.dependency import ParamsDependency
+
+    fix, name, lock = f"run `{LOCK_COMMAND}`", address(file, stage.name), lock_of(file)
+    if entry is None:
+        return [f"{name}: not in {lock}: {fix}"]
+    problems = [f"{name}: {lock} records another command: {fix}"] if stage.cmd_changed else []
+    listed = {dep.def_path for dep in stage.deps}
+    recorded_paths = {dep["path"] for dep in entry.get("deps", [])}
+    for path in sorted(recorded_paths - listed):
+        gone = "" if (root / path).exists() else ", and it does not exist"
+        problems.append(f"{name}: {lock} records dependency {path}, which {file} does not list{gone}: {fix}")
+    for dep in stage.deps:
+        if isinstance(dep, ParamsDependency):
+            changed = dep.workspace_status().get(str(dep), {})
+            for key, status in changed.items():
+                problems.append(f"{name}: {dep.def_path} key {key} {status}: {fix}")
+            for key, value in (dep.hash_info.value or {}).items():
+                if key not in changed and _value_at(values(dep.def_path), key) != value:
+                    problems.append(f"{name}: {lock}'s {key} is not {dep.def_path}'s: {fix}")
+        elif dep.def_path in outputs:
+            if dep.hash_info != outputs[dep.def_path].hash_info:
+                problems.append(f"{name}: dependency {dep.def_path} is not recorded as the output "
+                                f"{lock} records for it: {fix}")
+        elif dep.def_path not in recorded_paths:
+            problems.append(f"{name}: dependency {dep.def_path} is not recorded in {lock}: {fix}")
+        else:
+            for path, status in dep.workspace_status().items():
+                problems.append(f"{name}: dependency {path} {status}: {fix}")
     return problems
 
 

@@ -6,8 +6,10 @@ the Snakefile, dvc.yaml's stages), so the shipped params.yaml and its tests stay
 
 - An experiment adds names; it never replaces one. A name that params.yaml or another experiment already
   defines is an error naming both files, so a shipped suite cannot change under its table.
-- `run` and `reproduce` stay params.yaml's: each suite an experiment defines is built by `snakemake --cores all`,
-  `dvc repro` and `fedskew run` besides run.suites (`Params.default_suites`).
+- `run` and `reproduce` stay params.yaml's: each suite an experiment defines is built by `snakemake --cores all`
+  besides run.suites (`Params.default_suites`), by DVC through its stages in experiments/dvc.yaml
+  (fedskew.dvcstages), and by `fedskew run --suite NAME`; `make run` builds run.suites alone.
+- experiments/dvc.yaml is not an experiment: it is those stages, written by `fedskew dvc-stages`.
 - A training block may write `inherit: <block>`: the settings of that block (of params.yaml or of any
   experiment), with its own written over them, and `overrides` merged per dataset (the inherited ones of the
   datasets its suite trains on). A run records the resolved
@@ -38,6 +40,18 @@ class Merged:
     raw: dict
     origins: dict[tuple[str, str], str] = field(default_factory=dict)  # (section, name) -> experiment file
     inherits: dict[str, str] = field(default_factory=dict)             # training block -> the block it inherits
+    lines: dict[str | None, dict[str, int]] = field(default_factory=dict)  # file (None: the params file) ->
+                                                                           # key path -> the line it is written on
+
+    def line_of(self, origin: str | None, where: str) -> int | None:
+        """The line of the file `origin` (None: the params file) where a problem's key path is written, or the
+        nearest enclosing key that is (a missing key is reported at its mapping); None where nothing is known."""
+        written = self.lines.get(origin, {})
+        while where:
+            if where in written:
+                return written[where]
+            where = where[:max(where.rfind("."), where.rfind("["), 0)]
+        return None
 
     def origin_of(self, where: str) -> str | None:
         """The experiment file that defines the name a problem's key path (`suites.focal.methods[1]`) is in."""
@@ -48,10 +62,13 @@ class Merged:
         return None
 
 
+NOT_EXPERIMENTS = ("dvc.yaml",)  # DVC's stages of the experiments' suites (fedskew.dvcstages), beside them
+
+
 def experiment_files(folder: Path) -> list[Path]:
     """The experiment files of a folder, by name (none if it does not exist): its `*.yaml` and `*.yml`, without
-    hidden files and editors' lock and backup files (fedskew.user_files.yaml_files)."""
-    return user_files.yaml_files(folder)
+    hidden files, editors' lock and backup files (fedskew.user_files.yaml_files) and NOT_EXPERIMENTS."""
+    return [path for path in user_files.yaml_files(folder) if path.name not in NOT_EXPERIMENTS]
 
 
 def experiment_sources(folder: Path | None) -> list[tuple[str, bytes]]:
@@ -62,19 +79,23 @@ def experiment_sources(folder: Path | None) -> list[tuple[str, bytes]]:
     return [(_shown(path), user_files.read(path, folder.parent, _shown(path))) for path in experiment_files(folder)]
 
 
-def merge(raw: dict, label: str, sources: list[tuple[str, bytes]]) -> Merged:
-    """`raw` (read from `label`) with every experiment file of `sources` (`experiment_sources`) added, training
-    inheritance resolved; a ConfigError listing every problem of the files' shapes and names."""
+def merge(raw: dict, label: str, sources: list[tuple[str, bytes]], raw_lines: dict[tuple, int] | None = None) -> Merged:
+    """`raw` (read from `label`, its key paths on `raw_lines` where known) with every experiment file of `sources`
+    (`experiment_sources`) added, training inheritance resolved; a ConfigError listing every problem of the files'
+    shapes and names."""
     merged = copy.deepcopy(raw) if isinstance(raw, dict) else raw
     origins: dict[tuple[str, str], str] = {}
     problems: list[str] = []
     if not isinstance(merged, dict):
         return Merged(merged)
+    lines = {None: _by_key_path(raw_lines or {})}
     for shown, data in sources:
-        problems += _add(merged, origins, label, user_files.parse(data, shown))  # its errors name the file
+        parsed = user_files.parse(data, shown)  # its errors name the file
+        problems += _add(merged, origins, label, parsed)
+        lines[shown] = _by_key_path(parsed.lines)
     if problems:
         raise ConfigError(f"the experiments are invalid ({len(problems)} problem(s)):\n  - " + "\n  - ".join(problems))
-    result = Merged(merged, origins)
+    result = Merged(merged, origins, lines=lines)
     inheritance = _resolve_inheritance(result)
     if inheritance:
         raise ConfigError(f"{label} is invalid ({len(inheritance)} problem(s)):\n  - " + "\n  - ".join(inheritance))
@@ -171,10 +192,19 @@ def _located(merged: Merged, where: str, message: str) -> str:
     return f"{origin}: {where}: {message}" if origin else f"{where}: {message}"
 
 
+def _by_key_path(lines: dict[tuple, int]) -> dict[str, int]:
+    """A parsed file's lines by key path as problems name it (`suites.focal.methods[1]`)."""
+    return {user_files.key_path(path): line for path, line in lines.items() if path}
+
+
 def locate(merged: Merged, problems: list[str]) -> list[str]:
-    """Each problem of a name an experiment defines, prefixed with the experiment's file."""
+    """Each problem with where it is written: the experiment's file for a name an experiment defines, and the line
+    of its key where the file's lines are known (`experiments/focal.yaml: line 7: suites.focal.methods[1]: ...`)."""
     out = []
-    for line in problems:
-        origin = merged.origin_of(line.split(": ", 1)[0])
-        out.append(f"{origin}: {line}" if origin else line)
+    for problem in problems:
+        where = problem.split(": ", 1)[0]
+        origin = merged.origin_of(where)
+        line = merged.line_of(origin, where)
+        located = f"line {line}: {problem}" if line is not None else problem
+        out.append(f"{origin}: {located}" if origin else located)
     return out

@@ -93,6 +93,8 @@ def _wrapped(parts: list[str], indent: int, width: int = 110) -> list[str]:
 
 
 def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
+    """Every named partition with its parameters and the suites using it, then every scheme a partition may name
+    (built-in, then the plugins') with the parameters it declares: without importing torch."""
     from fedskew.data.partitions import SCHEME_DEFAULTS, SCHEME_PARAMS
     from fedskew.data.partitions.registry import PLUGINS
 
@@ -114,6 +116,36 @@ def cmd_partitions(params: Params, args: argparse.Namespace) -> None:
         print(f"{name:{width}s}{scheme:20s}{shown}{origin}")
         uses = [f"{suite} ({', '.join(datasets)})" for suite, datasets in used.get(name, {}).items()]
         print("\n".join(_wrapped(["used by " + uses[0], *uses[1:]] if uses else ["used by no suite"], width)))
+    print("\n".join(["", *_scheme_lines()]))
+
+
+def _scheme_lines() -> list[str]:
+    """The schemes a partition's `scheme` may name, each with its required parameters and its optional ones'
+    defaults, as the class declares them (so an installed scheme is seen before an experiment names it)."""
+    from fedskew.data.partitions.registry import PLUGINS, SCHEME_CLASSES
+
+    lines = ["schemes (what a partition's `scheme` names), with their required parameters and the others' defaults:"]
+    for scheme, cls in SCHEME_CLASSES.items():
+        required = ", ".join(key for key, declared in cls.parameters.items() if declared.required)
+        defaults = ", ".join(f"{key}={declared.default}" for key, declared in cls.parameters.items()
+                             if not declared.required)
+        shown = "; ".join([*([f"required {required}"] if required else []),
+                           *([f"defaults {defaults}"] if defaults else [])]) or "no parameters"
+        origin = f" (plugin of {PLUGINS[scheme].distribution})" if scheme in PLUGINS else ""
+        lines.append(f"  {scheme:20s}{shown}{origin}")
+    return lines
+
+
+def plugin_pieces() -> list[str]:
+    """Every piece of an installed plugin, by kind, each with its distribution: "method fedavgm (fedskew-fedavgm)".
+    From the registries that validation fills (each piece loaded and checked there), so it costs nothing more."""
+    from fedskew.catalog import methods, models, sources
+    from fedskew.data.partitions.registry import PLUGINS
+
+    return [*(f"method {name} ({record['plugin']})" for name, record in methods().items() if "plugin" in record),
+            *(f"dataset source {name} ({source.plugin})" for name, source in sources().items() if source.plugin),
+            *(f"partition scheme {name} ({plugin.distribution})" for name, plugin in PLUGINS.items()),
+            *(f"model {name} ({record['plugin']})" for name, record in models().items() if "plugin" in record)]
 
 
 def imported_run_ids(params: Params) -> frozenset[str]:
@@ -195,10 +227,11 @@ def tables_text(table_ids: set[str]) -> str:
 
 
 def built_by(params: Params, suite: str) -> str:
-    """Which build takes the suite: `run` (run.suites, `make run`), `reproduce` (reproduce.suites, trained by
-    `make reproduce`), `imported` (reproduce.imported, its committed runs read by `make reproduce`); "—" for none."""
-    marks = [("run", params.default_suites), ("reproduce", params.reproduce_suites),
-             ("imported", params.imported_suites)]
+    """Which build takes the suite: `run` (run.suites, `make run`), `experiment` (a suite of experiments/, built by
+    `snakemake --cores all` and `fedskew run --suite NAME`), `reproduce` (reproduce.suites, trained by `make
+    reproduce`), `imported` (reproduce.imported, its committed runs read by `make reproduce`); "—" for none."""
+    marks = [("run", params.run_suites), ("experiment", params.experiment_suites),
+             ("reproduce", params.reproduce_suites), ("imported", params.imported_suites)]
     return ", ".join(mark for mark, suites in marks if suite in suites) or "—"
 
 
@@ -252,8 +285,9 @@ def _cost_lines(params: Params, suite: str) -> list[str]:
     c = suite_cost(params, suite, imported)
     lines = [f"  compute:      {c['pflop']:.3g} PFLOP of training and evaluation",
              f"  GPU-hours:    {c['gpu_hours']:.3g} at an assumed {ASSUMED_GPU_TFLOPS:g} TFLOP/s",
-             f"  CPU-hours:    {cpu_text(c)}" + (" runs, at the rate measured for them" if c["cpu_runs"] else
-                                                 " (no rate is measured for its models on its datasets)"),
+             f"  CPU-hours:    {cpu_text(c)}" + (" runs, at the rate measured for them" if c["cpu_runs"] else "")
+             + (f" (no rate is measured for {', '.join(c['unrated'])}: benchmarks/cpu_rate.py measures one)"
+                if c["unrated"] else ""),
              f"  data from:    {'; '.join(c['data']) or '—'}"]
     if suite in params.imported_suites:
         lines.append(f"  imported:     {c['runs_imported']} of {c['runs']} runs are in the committed archives "
@@ -289,9 +323,10 @@ def _legend(with_cost: bool) -> list[str]:
             "CPU-hours at a measured rate",
             "(the runs it covers, of all): the suite's runs, counted as `python -m fedskew cost` counts a table's.",
             "--no-cost: without them, and without torch (fast)."]
-    return ["", "built by: run = run.suites (`make run` builds it); reproduce = reproduce.suites (`make reproduce` "
-            "trains it);", "imported = reproduce.imported (`make reproduce` reads its committed runs from "
-            "results/imported/<suite>/).", "paper tables: the tables whose cells read the suite's runs; proxy: "
+    return ["", "built by: run = run.suites (`make run` builds it); experiment = a suite of experiments/ "
+            "(`snakemake --cores all` and `fedskew run --suite NAME` build it);", "reproduce = reproduce.suites "
+            "(`make reproduce` trains it); imported = reproduce.imported (`make reproduce` reads its committed runs "
+            "from results/imported/<suite>/).", "paper tables: the tables whose cells read the suite's runs; proxy: "
             "offline evidence for the claims of those papers.", *(cost if with_cost else []),
             "--suite NAME: one suite in full; --paper P: only the suites of paper P. See docs/reproducing-papers.md."]
 

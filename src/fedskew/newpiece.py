@@ -1,5 +1,6 @@
 """`python -m fedskew new method|dataset|partition NAME`: a new method, dataset source or partition scheme as a
-package of its own, ready to install.
+package of its own, ready to install (`new method NAME --kind server`: a method whose own part is its server
+update).
 
 It writes a working plugin (fedskew.plugins) into a new folder: the piece (a method is FedAvg, a source generates
 Gaussian blobs, a scheme draws as iid, until the researcher changes it), its pyproject.toml with the entry point
@@ -58,6 +59,12 @@ DATASET_FILES = {
 }
 
 FILES = {"method": METHOD_FILES, "dataset": DATASET_FILES, "partition": PARTITION_FILES}
+
+# What a new method's own part is (`new method NAME --kind ...`): its clients' objective (a loss: FedAvg whose
+# `local_loss` is there to change), or its server update (a Fold and a state kept across rounds, in checkpoints).
+# A server method's package is a method's, but for these files, which come from templates/server/.
+METHOD_KINDS = ("loss", "server")
+SERVER_TEMPLATES = ("method.py.tmpl", "test.py.tmpl", "README.md.tmpl")
 
 # A Python package name that params.yaml can also use as an id (which must start with a letter or digit).
 NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -121,28 +128,36 @@ def check_target(directory: Path) -> None:
         raise ConfigError(f"{directory} is the current folder; give --dir a new folder inside it, e.g. ./<name>")
 
 
-def rendered(kind: str, name: str) -> dict[str, str]:
-    """The new piece's files, relative path -> text, from the templates of `kind`."""
-    templates = Path(__file__).parent / "templates" / kind
+def rendered(kind: str, name: str, method_kind: str = "loss") -> dict[str, str]:
+    """The new piece's files, relative path -> text, from the templates of `kind` (a server method's own from
+    templates/server/)."""
+    templates = Path(__file__).parent / "templates"
     values = placeholders(name)
     files = {}
     for target, template in FILES[kind].items():
-        text = (templates / template).read_text(encoding="utf-8")
+        folder = "server" if method_kind == "server" and template in SERVER_TEMPLATES else kind
+        text = (templates / folder / template).read_text(encoding="utf-8")
         for placeholder, value in values.items():
             text = text.replace(placeholder, value)
         files[target.replace("{name}", name)] = text
     return files
 
 
-def create(kind: str, name: str, directory: Path) -> list[str]:
-    """Write the new piece `name` of `kind` into `directory` (new, or empty); the paths written, relative to it."""
+def create(kind: str, name: str, directory: Path, method_kind: str | None = None) -> list[str]:
+    """Write the new piece `name` of `kind` into `directory` (new, or empty); the paths written, relative to it.
+    `method_kind` (METHOD_KINDS, for a method only; default loss) is what the new method changes."""
     if kind not in KINDS:
         raise ConfigError(f"fedskew new {kind}: it writes a {' or a '.join(KINDS)} package only so far; choose "
                           "one of those kinds")
+    if method_kind is not None and kind != "method":
+        raise ConfigError(f"--kind {method_kind} is for a method (its loss or its server update); a {kind} "
+                          "package has one form, so leave --kind out")
+    if method_kind not in (None, *METHOD_KINDS):
+        raise ConfigError(f"--kind {method_kind!r} is not a kind of method; choose {' or '.join(METHOD_KINDS)}")
     check_name(name, kind)
     directory = Path(os.path.abspath(directory))  # "." and "pkg/" name their folder, and have a parent
     check_target(directory)
-    files = rendered(kind, name)
+    files = rendered(kind, name, method_kind or "loss")
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
         # Beside the target, so that the rename stays on one file system and is atomic.
@@ -181,13 +196,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("kind", choices=KINDS, help="what to write: a method, a dataset source or a partition scheme")
     p.add_argument("name", help="the piece's name, also its package's: lower case, e.g. fedfocal")
     p.add_argument("--dir", type=Path, help="the folder to write, new or empty (default: ./NAME)")
+    p.add_argument("--kind", dest="method_kind", choices=METHOD_KINDS,
+                   help="a method's own part: loss (the default: its clients' objective, FedAvg until changed) or "
+                        "server (a Fold with a state kept across rounds and checkpointed: server momentum, FedAvg "
+                        "until changed)")
 
 
 def cmd_new(params: object, args: argparse.Namespace) -> None:
     """`python -m fedskew new method|dataset|partition NAME`: write the package, then say what it holds and what
     comes next (no params.yaml is read: `params` is None)."""
     directory = args.dir if args.dir is not None else Path(args.name)
-    written = create(args.kind, args.name, directory)
+    written = create(args.kind, args.name, directory, args.method_kind)
     print(f"wrote {directory}/: {', '.join(written)}")
     experiment = directory / "experiments" / f"{args.name}.yaml"
     print("next, from your project's root:")

@@ -10,8 +10,9 @@ block each training block inherits) is kept in `.fedskew/validated-<params file>
   key is not found, read once (fedskew.user_files.read);
 - fedskew's own code: the sha256 of every .py, .json and .yaml file of the package, and of the schema
   (workflow/schemas/params.schema.yaml);
-- the installed plugins: every entry point of fedskew's groups (name, value, distribution, version), with the
-  size and modification time of each source file of its package (a plugin edited in place changes the key);
+- the installed plugins: every entry point of fedskew's groups (name, value, distribution, version) that fedskew
+  takes (fedskew.plugins.visible), with the size and modification time of each file of its package
+  (fedskew.plugin_code.package_files: a plugin edited in place changes the key);
 - Python's version and those of the libraries validation relies on (PyYAML, jsonschema, numpy).
 
 The file is written atomically (a temporary file renamed over it) and its first line carries the sha256 of the
@@ -29,13 +30,13 @@ import os
 import secrets
 import sys
 from functools import cache
-from importlib import metadata, util
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from fedskew import plugins, user_files
+from fedskew import plugin_code, plugins, user_files
 from fedskew.config_errors import ConfigError
 from fedskew.config_schema import SCHEMA_PATH
 
@@ -77,24 +78,14 @@ def _version(distribution: str) -> str | None:
 
 
 def _package_files(value: str) -> list[tuple[str, int, int]]:
-    """(file, size, modification time) of each source file of the package an entry point's module is in, found
-    without importing it (nothing when it cannot be found: the key then rests on the distribution's version)."""
-    top = value.split(":")[0].strip().split(".")[0]
-    try:
-        spec = util.find_spec(top)
-    except (ImportError, ValueError):
-        return []
-    if spec is None:
-        return []
-    folders = list(spec.submodule_search_locations or [])
-    files = [Path(spec.origin)] if not folders and spec.origin and os.path.isfile(spec.origin) else []
-    for folder in map(Path, folders):
-        files += sorted(p for p in folder.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts)
+    """(file, size, modification time) of each file of the package an entry point's module is in, those that
+    make its runs' ids (fedskew.plugin_code.package_files), found without importing it (nothing when it cannot
+    be found: the key then rests on the distribution's version)."""
     signatures = []
-    for file in files:
+    for _, file in plugin_code.package_files(value):
         try:
             info = file.stat()
-        except OSError:  # a dangling link in the package: its absence is part of the key
+        except OSError:  # gone since it was listed: its absence is part of the key
             signatures.append((str(file), -1, -1))
             continue
         signatures.append((str(file), info.st_size, info.st_mtime_ns))
@@ -107,10 +98,11 @@ def plugin_entries() -> list[list]:
     groups = set(plugins.GROUPS.values())
     found = []
     for dist in metadata.distributions():
-        for entry in dist.entry_points:
-            if entry.group in groups:
-                found.append([entry.group, entry.name, entry.value, dist.name, dist.version,
-                              _package_files(entry.value)])
+        declared = [entry for entry in dist.entry_points if entry.group in groups]
+        if not declared or not plugins.visible(dist):  # none, or none fedskew takes (FEDSKEW_IGNORE_PLUGINS_IN)
+            continue
+        found += [[entry.group, entry.name, entry.value, dist.name, dist.version, _package_files(entry.value)]
+                  for entry in declared]
     return sorted(found, key=lambda e: json.dumps(e))
 
 

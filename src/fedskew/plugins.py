@@ -13,18 +13,30 @@ argparse reading fedskew's command line): a plugin can never end a command as if
 fedskew's own stop on SIGTERM) still stops the command, its message naming the plugin that was importing. What the
 module prints while it is imported goes to stderr, never into a command's output (`--json`). A `SystemExit` that a
 plugin's code raises later, while a command runs, is traced back to its entry point by `exit_error`.
+
+A plugin piece's code is part of the ids of the runs it computes (`record`, fedskew.plugin_code): editing it
+retrains its runs, with no version to remember. Describing a method plugin imports torch: its class subclasses
+fedskew's FedAvg (torch code), and validation reads its declarations from the class, so with a method plugin
+installed the commands that validate params.yaml import torch; a scheme that imports none keeps them torch-free.
+
+FEDSKEW_IGNORE_PLUGINS_IN names folders (os.pathsep-separated) whose installed distributions fedskew takes no
+plugin from: set to the environment's site-packages, fedskew runs as shipped. fedskew's own tests set it to the
+folders on their path as they start (tests/conftest.py), so that they see only the plugins they install.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import traceback
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
+from pathlib import Path
 
+from fedskew import plugin_code
 from fedskew.config_errors import ConfigError
 from fedskew.declarations import Hyperparameter
 
@@ -64,12 +76,39 @@ def _distribution(entry: metadata.EntryPoint) -> str:
     return dist.name if dist is not None else "(unknown)"
 
 
+IGNORED_FOLDERS = "FEDSKEW_IGNORE_PLUGINS_IN"
+
+
+def visible(dist: metadata.Distribution | None) -> bool:
+    """Whether fedskew takes plugins from an installed distribution: yes, unless it is installed in a folder that
+    FEDSKEW_IGNORE_PLUGINS_IN names (the folder its metadata is in, compared as a resolved path)."""
+    ignored = _ignored(os.environ.get(IGNORED_FOLDERS, ""))
+    if not ignored or dist is None:
+        return True
+    try:
+        where = Path(dist.locate_file("")).resolve()
+    except (NotImplementedError, OSError, TypeError):  # a distribution that is no folder's: never ignored
+        return True
+    return where not in ignored
+
+
+@cache
+def _ignored(folders: str) -> frozenset[Path]:
+    return frozenset(Path(folder).resolve() for folder in folders.split(os.pathsep) if folder)
+
+
+def entries(kind: str) -> list[metadata.EntryPoint]:
+    """The entry points of kind `kind`'s group that fedskew takes (`visible`), by name and value; none imported."""
+    found = metadata.entry_points(group=GROUPS[kind])
+    return sorted((entry for entry in found if visible(getattr(entry, "dist", None))), key=lambda e: (e.name, e.value))
+
+
 @cache
 def loaded(kind: str) -> dict[str, Plugin]:
     """The pieces of kind `kind` ("method", "dataset", "partition", "model") that installed packages declare,
     by entry-point name, each imported. A name declared twice, or a module that fails to import, is an error."""
     found: dict[str, Plugin] = {}
-    for entry in sorted(metadata.entry_points(group=GROUPS[kind]), key=lambda e: (e.name, e.value)):
+    for entry in entries(kind):
         distribution = _distribution(entry)
         if entry.name in found:
             raise PluginError(f"two entry points of group {GROUPS[kind]} are named {entry.name!r}: "
@@ -149,13 +188,13 @@ def exit_error(error: SystemExit) -> Exception:
     frames = list(traceback.walk_tb(error.__traceback__))
     if not frames:
         return RuntimeError(f"SystemExit({error.code!r}) ended the command before it finished")
-    entries = {}  # each plugin's top-level package -> an entry point it declares (fedskew's own frames are not one)
-    for group in GROUPS.values():
-        for entry in metadata.entry_points(group=group):
+    packages = {}  # each plugin's top-level package -> an entry point it declares (fedskew's own frames are not one)
+    for kind in GROUPS:
+        for entry in entries(kind):
             if entry.module.split(".")[0] != "fedskew":
-                entries.setdefault(entry.module.split(".")[0], entry)
+                packages.setdefault(entry.module.split(".")[0], entry)
     for frame, line in reversed(frames):  # the innermost frame in a plugin's package: its code, or what it called
-        entry = entries.get(str(frame.f_globals.get("__name__", "")).split(".")[0])
+        entry = packages.get(str(frame.f_globals.get("__name__", "")).split(".")[0])
         if entry is not None:
             distribution = _distribution(entry)
             return PluginError(f"{_where(entry.group, entry.name, entry.value, distribution)}: its code ended the "
@@ -165,6 +204,21 @@ def exit_error(error: SystemExit) -> Exception:
     frame, line = frames[-1]
     return RuntimeError(f"SystemExit({error.code!r}) raised at {frame.f_code.co_filename}:{line} ended the command "
                         "before it finished")
+
+
+@cache
+def record(kind: str, name: str) -> dict[str, str] | None:
+    """What a run of the plugin piece `name` of kind `kind` records of it (fedskew.config.RunConfig.to_dict's
+    `plugins`): its distribution and that distribution's version, its entry point, and the identity of its
+    package's code (fedskew.plugin_code.identity), which its runs' ids fold in. None where no installed package
+    declares that name (a built-in piece's). Read from the metadata and the files, without importing the plugin;
+    once per process."""
+    entry = next((entry for entry in entries(kind) if entry.name == name), None)
+    if entry is None:
+        return None
+    dist = getattr(entry, "dist", None)
+    return {"distribution": _distribution(entry), "version": dist.version if dist is not None else "(unknown)",
+            "entry_point": entry.value, "code": plugin_code.identity(entry.value)}
 
 
 def class_problem(plugin: Plugin, attributes: tuple[str, ...], what: str) -> str | None:

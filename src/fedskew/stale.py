@@ -79,13 +79,19 @@ def cause(config: dict, current: RunConfig | None) -> str:
     """Why a run recorded as `config` (its config.yaml) is out of date against `current`, in words."""
     if current is None:
         return "no longer a run of params.yaml"
-    then, now = identity(config), identity(current.to_dict())
+    resolved = current.to_dict()
+    then, now = identity(config), identity(resolved)
     causes = []
     versions_then, versions_now = then.pop("numerics_versions", {}), now.pop("numerics_versions", {})
     for piece in sorted(versions_then.keys() | versions_now.keys()):
         section, key = _PIECE_NAMES.get(piece, (None, None))
-        name = f"{piece} {current.to_dict()[section][key]}" if section else piece
+        name = f"{piece} {resolved[section][key]}" if section else piece
         causes.append(f"{name}: version {versions_then.get(piece, 1)} -> {versions_now.get(piece, 1)}")
+    codes_then, codes_now = then.pop("plugins", {}), now.pop("plugins", {})
+    for piece in sorted(codes_then.keys() | codes_now.keys()):
+        if codes_then.get(piece) != codes_now.get(piece):
+            recorded, present = config.get("plugins", {}).get(piece), resolved.get("plugins", {}).get(piece)
+            causes.append(_plugin_cause(piece, recorded, present, resolved))
     flat_then, flat_now = _flatten(then), _flatten(now)
     for key in sorted(flat_then.keys() | flat_now.keys()):
         if key not in ("cpu_kernel_recipe", "cpu_kernels") and flat_then.get(key, "unset") != flat_now.get(key, "unset"):
@@ -95,6 +101,20 @@ def cause(config: dict, current: RunConfig | None) -> str:
                       if hash_identity(then) == current.run_id else "what its id covers, in a way its config.yaml "
                                                                     "does not record")
     return "; ".join(causes)
+
+
+def _plugin_cause(piece: str, then: dict | None, now: dict | None, resolved: dict) -> str:
+    """Why a run's plugin piece moves its id, from what the run recorded of it (`then`) and what it is now."""
+    section, key = _PIECE_NAMES[piece]
+    name = f"{piece} {resolved[section][key]}"
+    if now is None:
+        return f"{name}: no longer of plugin {then['distribution']}"
+    if then is None:
+        return (f"plugin {now['distribution']}: its code was not recorded with the run ({name}; trained before "
+                "fedskew folded a plugin's code into its runs' ids, or as a built-in piece)")
+    if then.get("distribution") != now["distribution"]:
+        return f"{name}: from plugin {then.get('distribution')} to plugin {now['distribution']}"
+    return f"plugin {now['distribution']} changed ({name}: its code)"
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -5,6 +5,7 @@ The status tests work on a copy of what a fresh clone holds, with no output buil
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -47,7 +48,8 @@ def changes(root: Path) -> dict[str, set[str]]:
     or missing, also where a later stage depends on it)."""
     result = run([venv_bin("dvc"), "status", "--json"], root)
     assert result.returncode == 0, result.stderr
-    declared = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    declared = {name: body for file in ("dvc.yaml", "experiments/dvc.yaml") if (root / file).exists()
+                for name, body in yaml.safe_load((root / file).read_text())["stages"].items()}
     outputs = {path for body in declared.values() for key in ("outs", "metrics", "plots")
                for entry in body.get(key, []) for path in entry}
     found: dict[str, set[str]] = {}
@@ -139,6 +141,74 @@ def test_dvc_lock_records_an_edited_module_of_a_stage_and_refuses_a_change_of_wh
     with pytest.raises(dvcstages.DvcFilesError, match=r"train-default: \d+ of its \d+ run ids .* `dvc repro`"):
         dvclock.record_lock(root)
     assert (root / "dvc.lock").read_bytes() == lock
+
+
+FOCAL = {  # a researcher's suite on the default suite's data: FedAvg against a stronger FedProx
+    "suites": {"focal": {"settings": [{"dataset": "digits", "partitions": ["dir0.1"]}],
+                         "methods": ["fedavg", "fedprox_strong"], "seeds": [0]}},
+    "methods": {"fedprox_strong": {"algorithm": "fedprox", "mu": 0.1}},
+    "training": {"focal": {"inherit": "default", "rounds": 2, "eval_every": 1, "checkpoint_every": 2}},
+}
+
+
+def add_experiment(root: Path, name: str, body: dict) -> None:
+    (root / "experiments").mkdir(exist_ok=True)
+    (root / "experiments" / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+
+
+def test_an_experiments_stages_are_recorded_in_their_own_lock_and_flagged_by_their_own_keys(tmp_path):
+    root = clone_copy(tmp_path)
+    dvclock.record_lock(root)  # the project's files as this code writes them, before any experiment
+    shipped, lock = (root / "dvc.yaml").read_bytes(), (root / "dvc.lock").read_bytes()
+    add_experiment(root, "focal", FOCAL)
+    lines = dvclock.record_lock(root)  # trains nothing: the outputs of focal are simply not recorded
+    assert lines[0] == ("dvc.yaml is up to date; experiments/dvc.yaml written: stages train-focal, aggregate-focal, "
+                        "compare-focal"), lines
+    assert lines[-1].startswith("experiments/dvc.lock: deps and params recorded for train-focal, aggregate-focal, "
+                                "compare-focal"), lines
+    assert (root / "dvc.yaml").read_bytes() == shipped and (root / "dvc.lock").read_bytes() == lock
+    assert set(yaml.safe_load((root / "experiments/dvc.lock").read_text())["stages"]) == {
+        "train-focal", "aggregate-focal", "compare-focal"}
+    assert dvclock.lock_problems(root) == [] and changes(root) == {}
+
+    # the experiment's own key, read from its file, flags its stages and no shipped one
+    body = copy.deepcopy(FOCAL)
+    body["methods"]["fedprox_strong"]["mu"] = 0.2
+    add_experiment(root, "focal", body)
+    assert changes(root) == {f"experiments/dvc.yaml:{phase}-focal": {
+        "experiments/focal.yaml: methods.fedprox_strong modified"} for phase in ("train", "aggregate", "compare")}
+
+    # and without the experiment, its stage file and lock go: the project is DVC's as shipped again
+    (root / "experiments/focal.yaml").unlink()
+    lines = dvclock.record_lock(root)
+    assert "experiments/dvc.yaml removed" in lines[0] and "experiments/dvc.lock removed (experiments/dvc.yaml has " \
+        "no stage)" in lines
+    assert (root / "dvc.yaml").read_bytes() == shipped and (root / "dvc.lock").read_bytes() == lock
+    assert not (root / "experiments/dvc.yaml").exists() and not (root / "experiments/dvc.lock").exists()
+
+
+@pytest.mark.slow
+def test_dvc_repro_builds_an_experiments_suite_from_its_own_stage_file(tmp_path, tiny_params):
+    tiny_params["suites"]["tiny"].update(settings=[{"dataset": "digits", "partitions": ["dir0.5"]}],
+                                         methods=["fedavg"], seeds=[0])  # one run: run.suites is not the point
+    root = make_copy(tmp_path, tiny_params)
+    add_experiment(root, "focal", {**FOCAL, "suites": {"focal": {**FOCAL["suites"]["focal"], "settings": [
+        {"dataset": "digits", "partitions": ["dir0.5"]}]}}, "training": {"focal": {"inherit": "tiny", "rounds": 2}}})
+    assert dvcstages.write_stages(root).startswith("dvc.yaml written")
+    for cmd in (["git", "init", "-q"], [venv_bin("dvc"), "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
+        assert run(cmd, root).returncode == 0
+    tracked = (root / "dvc.yaml").read_bytes()
+
+    built = run([venv_bin("dvc"), "repro", "--all-pipelines"], root, FEDSKEW_TRACKING="0")
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert "Running stage 'experiments/dvc.yaml:train-focal'" in built.stdout
+    assert "| fedprox_strong |" in (root / "results/tables/focal.md").read_text()
+    assert (root / "results/tables/compare/focal.json").exists()
+    assert len(list((root / "results/runs/focal").rglob("metrics.json"))) == 2
+    assert set(yaml.safe_load((root / "experiments/dvc.lock").read_text())["stages"]) == {
+        "train-focal", "aggregate-focal", "compare-focal"}
+    assert (root / "dvc.yaml").read_bytes() == tracked and stale_stages(root) == set()
 
 
 @pytest.mark.slow

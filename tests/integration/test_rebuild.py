@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers import make_copy, run, venv_bin
 
@@ -88,11 +89,15 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     assert "Traceback" not in before.stderr and "WorkflowError" not in before.stderr
     assert "suite(s) tiny are not built here yet" in before.stderr and "make report" in before.stderr
 
+    # a suite of one's own, untracked: `make run` builds run.suites, and speaks of them only
+    (clone / "experiments").mkdir()
+    (clone / "experiments/mine.yaml").write_text(yaml.safe_dump(MINE, sort_keys=False))
     done = fedskew(clone, "run")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert lines[-1].startswith("fedskew: rebuilt tiny: all 7 tables are identical, byte for byte, to the "
                                 "committed tables (HEAD ")
+    assert "mine" not in done.stdout and not (clone / "results/runs/mine").exists()
     # a readable progress: one line per trained run with its accuracy, no Snakemake job blocks
     trained = [line for line in lines if line.startswith("  trained ")]
     assert len(trained) == 8 and all("final accuracy" in line and line.endswith(" %") for line in trained)
@@ -105,6 +110,8 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     assert len(list((clone / "results/runs/tiny").rglob("metrics.json"))) == 8
     assert git(clone, "status", "--porcelain", "results/tables") == ""
 
+    an_experiments_suite_is_built_when_named_and_compared_with_what_there_is(clone)
+
     # a clone that has its runs: a plain snakemake has nothing to do
     again = run([venv_bin("snakemake"), "--cores", "2", "-n"], clone)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -116,6 +123,31 @@ def test_make_run_on_a_fresh_clone_trains_and_proves_the_tables_identical(tmp_pa
     assert (clone / "results/report.html").stat().st_size > 10_000
 
     a_perturbed_committed_cell_is_reported_and_stays_in_git(clone)
+
+
+MINE = {  # a researcher's suite over the tiny suite's data: two methods (a comparison), one seed, two rounds
+    "suites": {"mine": {"settings": [{"dataset": "digits", "partitions": ["dir0.5"]}], "methods": ["fedavg", "fedprox"],
+                        "seeds": [0]}},
+    "training": {"mine": {"inherit": "tiny", "rounds": 2}},
+}
+
+
+def an_experiments_suite_is_built_when_named_and_compared_with_what_there_is(clone: Path) -> None:
+    """Named, the experiment's suite is built, and each suite's part of the closing line says what it was compared
+    with: the committed tables, nothing (its first build), then its previous build's tables."""
+    head = git(clone, "rev-parse", "--short", "HEAD").strip()
+    both = fedskew(clone, "run", "--suite", "tiny", "mine")
+    assert both.returncode == 0, both.stdout[-3000:] + both.stderr[-3000:]
+    assert both.stdout.strip().splitlines()[-1] == (
+        "fedskew: rebuilt: no table differs, but not every table had one to compare with: tiny: identical, byte for "
+        f"byte, to the committed tables (HEAD {head}) | mine: built; no committed table to compare")
+    assert len(list((clone / "results/runs/mine").rglob("metrics.json"))) == 2
+
+    again = fedskew(clone, "run", "--suite", "mine")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.strip().splitlines()[-1] == (
+        "fedskew: rebuilt mine: all 7 tables are identical, byte for byte, to the previous build's tables "
+        "(not committed).")
 
 
 def a_perturbed_committed_cell_is_reported_and_stays_in_git(clone: Path) -> None:

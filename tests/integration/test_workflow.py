@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+import yaml
 
 from tests.helpers import changed, make_copy, planned, run, venv_bin
 
@@ -115,3 +116,16 @@ def test_invalid_params_fail_before_any_job_runs(tmp_path, tiny_params):
     assert result.returncode != 0
     assert "partitions.dir0.5.beta" in result.stderr and "> 0" in result.stderr
     assert not (root / "data").exists() and not (root / "results").exists()
+
+
+def test_a_build_names_params_yaml_and_the_merged_experiment_files_once(tmp_path, tiny_params):
+    # Snakemake's banner lists no config file ("Config file(s): []"): fedskew reads params.yaml and experiments/
+    root = make_copy(tmp_path, tiny_params)
+    (root / "experiments").mkdir()
+    (root / "experiments" / "mine.yaml").write_text(yaml.safe_dump({"partitions": {"iid4": {"scheme": "iid",
+                                                                                             "clients": 4}}}))
+    result = run([venv_bin("snakemake"), "--cores", "1", "data/raw/digits/READY.json"], root)  # one job: a download
+    assert result.returncode == 0, result.stderr[-4000:]
+    said = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("fedskew: configuration")]
+    assert said == ["fedskew: configuration read from params.yaml, with experiments/mine.yaml merged in"]
+    assert (root / "data/raw/digits/READY.json").is_file()  # its job ran, without saying it again

@@ -14,6 +14,7 @@ import copy
 import hashlib
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -132,7 +133,8 @@ def test_a_held_build_lock_refuses_a_second_build_naming_the_first_and_changes_n
                 pass
         assert lock.read_bytes() == record
     text = str(refused.value)
-    assert text.startswith(f"another build is running in this project (pid {os.getpid()}: fedskew "), text
+    command = shlex.join(["fedskew", *sys.argv[1:]])  # this process's own command line: pytest's, or a worker's
+    assert text.startswith(f"another build is running in this project (pid {os.getpid()}: {command}, since "), text
     assert f"stop it with `kill {os.getpid()}`" in text and "unlock" not in text.lower(), text
     with ProjectBuild(tmp_path):  # free again once the first has ended
         pass

@@ -271,9 +271,9 @@ def validations(monkeypatch) -> list[str]:
     seen: list[str] = []
     validate = config._validated
 
-    def counted(raw, label, sources):
+    def counted(raw, label, sources, lines=None):
         seen.append(label)
-        return validate(raw, label, sources)
+        return validate(raw, label, sources, lines)
 
     monkeypatch.setattr(config, "_validated", counted)
     return seen
@@ -324,7 +324,7 @@ def test_a_failure_is_never_kept_and_every_change_is_validated_again(tmp_path, v
     broken["suites"]["mine"]["methods"] = ["fedavgg"]
     (root / "experiments/mine.yaml").write_text(yaml.safe_dump(broken))
     for _ in range(2):  # refused on every call, the valid configuration kept before notwithstanding
-        with pytest.raises(ConfigError, match=r"experiments/mine.yaml: suites.mine.methods\[0\]: 'fedavgg'"):
+        with pytest.raises(ConfigError, match=r"experiments/mine.yaml: line \d+: suites.mine.methods\[0\]: 'fedavgg'"):
             load_params(root / "params.yaml")
     assert len(validations) == 3
     (root / "experiments/mine.yaml").write_text(yaml.safe_dump(EXPERIMENT))  # the bytes validated first: kept

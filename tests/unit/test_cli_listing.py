@@ -1,4 +1,5 @@
-"""`fedskew datasets` and `fedskew partitions`, a torch-free `--help` and `validate`, and data/README.md."""
+"""`fedskew datasets` and `fedskew partitions` (the named partitions, then every scheme, a plugin's included), a
+torch-free `--help` and `validate`, `validate` naming the installed plugins of every kind, and data/README.md."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from fedskew.cli import main
-from tests.helpers import REPO
+from tests.helpers import REPO, install_plugin
 
 
 @pytest.fixture
@@ -131,7 +132,7 @@ def test_partitions_lists_parameters_with_defaults_and_the_suites_using_them(tin
     tiny_params["training"]["other"] = {"inherit": "tiny"}
     (tiny_project / "params.yaml").write_text(yaml.safe_dump(tiny_params, sort_keys=False))
     assert main(["partitions"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.split("\n\n")[0].splitlines()  # the named partitions, before the schemes
     entry = {line.split()[0]: (line, lines[i + 1].strip()) for i, line in enumerate(lines) if not line.startswith(" ")}
     assert entry["dir0.5"][0].split(None, 2) == ["dir0.5", "dirichlet",
                                                  "clients=4, beta=0.5, min_size=5, max_redraws=1000 (default)"]
@@ -146,6 +147,69 @@ def test_an_unused_partition_says_so(tiny_project, tiny_params, capsys):
     assert main(["partitions"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[out.index(next(line for line in out if line.startswith("natural"))) + 1].strip() == "used by no suite"
+
+
+SCHEMES_HEADER = "schemes (what a partition's `scheme` names), with their required parameters and the others' defaults:"
+
+
+def _schemes(out: str) -> dict[str, str]:
+    """The schemes `partitions` lists after the named partitions: name -> what it says of the scheme."""
+    lines = out.split("\n\n")[1].splitlines()
+    assert lines[0] == SCHEMES_HEADER
+    return {line.split()[0]: line.split(None, 1)[1] for line in lines[1:]}
+
+
+def test_partitions_lists_every_scheme_with_its_required_parameters_and_defaults(tiny_project, capsys):
+    from fedskew.data.partitions.registry import BUILT_IN
+
+    assert main(["partitions"]) == 0
+    schemes = _schemes(capsys.readouterr().out)
+    assert list(schemes) == list(BUILT_IN)  # every built-in scheme, those no partition names included
+    assert schemes["dirichlet"] == "required clients, beta; defaults min_size=10, max_redraws=1000"
+    assert schemes["quantity"] == "required clients, alpha"
+    assert schemes["natural"] == "no parameters"
+
+
+# A plugin of every kind in one package: FedAvg under a name of its own, and the blobs source, the blocks scheme
+# and the tiny net of the tests of each kind of plugin.
+PLAIN = '''"""FedAvg under a name of its own."""
+
+from fedskew.fl.fedavg import FedAvg
+
+
+class Plain(FedAvg):
+    """FedAvg, as a plugin."""
+
+    name = "plain"
+'''
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory):
+    from tests.integration.test_dataset_plugins import BLOBS
+    from tests.unit.test_model_plugins import TINYNET
+    from tests.unit.test_partition_plugins import BLOCKS
+
+    groups = {"fedskew.methods": {"plain": "everykind.method:Plain"}, "fedskew.datasets": {"myblobs":
+              "everykind.source:Blobs"}, "fedskew.partitions": {"blocks": "everykind.scheme:Blocks"},
+              "fedskew.models": {"tinynet": "everykind.model:tinynet"}}
+    modules = {"everykind/__init__.py": "", "everykind/method.py": PLAIN, "everykind/source.py": BLOBS,
+               "everykind/scheme.py": BLOCKS, "everykind/model.py": TINYNET}
+    return install_plugin(tmp_path_factory.mktemp("every-kind"), "fedskew-every-kind", groups, modules)
+
+
+def test_validate_names_the_plugins_of_every_kind_and_partitions_lists_the_installed_scheme(every_kind, tiny_project):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(every_kind)])}
+    done = {command: subprocess.run([sys.executable, "-m", "fedskew", command], cwd=tiny_project, env=env,
+                                    capture_output=True, text=True, timeout=300)
+            for command in ("validate", "partitions")}
+    assert done["validate"].returncode == 0, done["validate"].stderr[-3000:]
+    assert ("; plugins: method plain (fedskew-every-kind), dataset source myblobs (fedskew-every-kind), partition "
+            "scheme blocks (fedskew-every-kind), model tinynet (fedskew-every-kind); ") in done["validate"].stdout
+    assert done["partitions"].returncode == 0, done["partitions"].stderr[-3000:]
+    schemes = _schemes(done["partitions"].stdout)  # listed though no partition names it yet
+    assert list(schemes)[-1] == "blocks"
+    assert schemes["blocks"] == "required clients; defaults per_client=1 (plugin of fedskew-every-kind)"
 
 
 def _imported(args: list[str]) -> set[str]:

@@ -1,5 +1,5 @@
-"""Every shell command the README and the docs show names something real: a make target, a
-`python -m fedskew` command, a file, a Snakemake rule or profile, a suite. A renamed target or
+"""Every shell command the README, the docs and the examples' READMEs show names something real: a make target,
+a `python -m fedskew` command, a file, a Snakemake rule or profile, a suite. A renamed target or
 command then fails here instead of in a newcomer's terminal."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from fedskew.cli import build_parser
 from tests.helpers import REPO
 
 DOCS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
-        "benchmarks/README.md", "data/README.md"]
+        "benchmarks/README.md", "data/README.md",
+        *sorted(str(p.relative_to(REPO)) for p in (REPO / "examples").glob("*/README.md"))]
 SHELL_FENCES = ("bash", "sh", "shell")
 # Inline code that is a command a reader would paste (the fenced blocks are all checked).
 INLINE_PREFIXES = ("make ", "python -m fedskew ", "snakemake ", ".venv/bin/python ", "bash scripts/")

@@ -14,9 +14,10 @@ import difflib
 import pytest
 import yaml
 
-from fedskew import dvclock, dvcstages
+from fedskew import dvclock, dvcstages, phase_code
 from fedskew.config import Params, load_params, read_params_file
-from fedskew.dvcstages import PHASES, DvcFilesError, SourceTree, Uses, param_key, stages, suite_keys
+from fedskew.dvcstages import DvcFilesError, param_key, stages, suite_keys
+from fedskew.phase_code import PHASES, SourceTree, Uses
 from fedskew.reproduce import own_claims
 from tests.helpers import REPO
 
@@ -120,7 +121,7 @@ def test_each_phase_runs_every_module_its_cli_command_reaches(phase: str) -> Non
     reached = _cli_command_modules(PHASES[phase].command)
     assert reached, phase
     missing = sorted(m for m in reached if str(tree.file(m).relative_to(REPO)) not in files)
-    assert not missing, f"cli.cmd_{phase} reaches {missing}, which fedskew.dvcstages.PHASES[{phase!r}] misses"
+    assert not missing, f"cli.cmd_{phase} reaches {missing}, which fedskew.phase_code.PHASES[{phase!r}] misses"
 
 
 def test_every_module_that_imports_its_whole_package_is_known() -> None:
@@ -131,7 +132,7 @@ def test_every_module_that_imports_its_whole_package_is_known() -> None:
                 for n in ast.walk(ast.parse(path.read_text()))):
             module = ".".join(path.relative_to(REPO / "src").with_suffix("").parts)
             calling.add(module.removesuffix(".__init__"))
-    assert calling == set(dvcstages.DISCOVERING)
+    assert calling == set(phase_code.DISCOVERING)
 
 
 def test_every_data_file_in_the_package_is_read_by_a_module_that_names_it() -> None:
@@ -147,8 +148,8 @@ def test_every_data_file_in_the_package_is_read_by_a_module_that_names_it() -> N
 
 
 def test_an_entry_point_naming_a_missing_function_is_refused_in_one_line() -> None:
-    phase = dvcstages.Phase("partition", ("fedskew.job:no_such_function",), "workflow/rules/partition.smk")
-    with pytest.raises(DvcFilesError, match=r"no_such_function\(\).*correct fedskew.dvcstages.PHASES"):
+    phase = phase_code.Phase("partition", ("fedskew.job:no_such_function",), "workflow/rules/partition.smk")
+    with pytest.raises(DvcFilesError, match=r"no_such_function\(\).*correct fedskew.phase_code.PHASES"):
         SourceTree(REPO).code_of(phase, {})
 
 
@@ -227,3 +228,87 @@ def test_a_claims_file_about_suites_of_run_suites_gets_a_ledger_stage_and_one_ab
     about_default.write_text(about_methods.read_text().replace("suite: methods", "suite: default"))
     monkeypatch.setattr(own_claims, "claims_files", lambda folder: [about_default])
     assert [s.name for s in stages(params, REPO) if s.phase == "claims"] == ["claims-ours"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A researcher's experiments: their stages in experiments/dvc.yaml, the tracked dvc.yaml as it is without them
+
+FOCAL = {  # a suite of one's own on data the default suite has already: FedAvg against a stronger FedProx
+    "suites": {"focal": {"settings": [{"dataset": "digits", "partitions": ["dir0.1"]}],
+                         "methods": ["fedavg", "fedprox_strong"], "seeds": [0, 1]}},
+    "methods": {"fedprox_strong": {"algorithm": "fedprox", "mu": 0.1}},
+    "training": {"focal": {"inherit": "default", "rounds": 2, "checkpoint_every": 2}},
+}
+
+
+def own_project(tmp_path, **experiments: dict):
+    """A project for dvc-stages: the shipped params.yaml and claims file, the code (linked), the experiments."""
+    root = tmp_path / "project"
+    (root / "experiments" / "claims").mkdir(parents=True)
+    (root / "src").symlink_to(REPO / "src")
+    (root / "params.yaml").write_bytes((REPO / "params.yaml").read_bytes())
+    (root / "experiments/claims/default.yaml").write_bytes((REPO / "experiments/claims/default.yaml").read_bytes())
+    for name, body in experiments.items():
+        (root / "experiments" / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+    return root
+
+
+def test_dvc_stages_with_an_experiment_leaves_dvc_yaml_unchanged_and_writes_experiments_dvc_yaml(tmp_path) -> None:
+    root = own_project(tmp_path)
+    assert dvcstages.write_stages(root).startswith("dvc.yaml written")
+    shipped = (root / "dvc.yaml").read_bytes()
+
+    (root / "experiments/focal.yaml").write_text(yaml.safe_dump(FOCAL, sort_keys=False))
+    assert dvcstages.write_stages(root) == ("dvc.yaml is up to date; experiments/dvc.yaml written: stages "
+                                            "train-focal, aggregate-focal, compare-focal")
+    assert (root / "dvc.yaml").read_bytes() == shipped
+    own = yaml.safe_load((root / "experiments/dvc.yaml").read_text())["stages"]
+    assert all(body["wdir"] == ".." for body in own.values())  # run at the project root, its paths the project's
+    assert own["train-focal"]["deps"][:2] == ["data/raw", "data/partitions"]  # dvc.yaml's download and partition
+    assert own["aggregate-focal"]["metrics"] == [{"results/tables/focal.json": {"cache": False}}]
+    # the stage file is not an experiment: the project reads as it did
+    assert set(load_params(root / "params.yaml").origins.values()) == {"experiments/focal.yaml"}
+    assert dvcstages.write_stages(root) == "dvc.yaml is up to date; experiments/dvc.yaml is up to date"
+
+    (root / "experiments/focal.yaml").unlink()
+    assert dvcstages.write_stages(root) == ("dvc.yaml is up to date; experiments/dvc.yaml removed (no suite of "
+                                            "experiments/ has a stage)")
+    assert (root / "dvc.yaml").read_bytes() == shipped and not (root / "experiments/dvc.yaml").exists()
+
+
+def test_a_claims_file_about_an_experiments_suite_gets_its_ledger_stage_beside_that_suites_stages(tmp_path) -> None:
+    root = own_project(tmp_path, focal=FOCAL)
+    (root / "experiments/claims/mine.yaml").write_text(
+        "suite: focal\nclaims:\n  - {id: f-01, statement: FedProx beats FedAvg, word: beats, subject: fedprox_strong,"
+        " against: [fedavg], columns: [digits / dir0.1]}\n")
+    files = {s.name: s.file for s in stages(load_params(root / "params.yaml"), root)}
+    assert files["claims-mine"] == "experiments/dvc.yaml" and files["claims-default"] == "dvc.yaml"
+    assert files["train-focal"] == "experiments/dvc.yaml" and files["train-default"] == "dvc.yaml"
+
+
+def test_a_stage_name_or_output_in_both_files_is_refused_before_either_is_written(tmp_path) -> None:
+    # params.yaml's split_long_p0.2 in run.suites, an experiment's split_long_p0_2: both would be train-split_long_p0_2
+    suites = copy.deepcopy(RAW["suites"])
+    raw = {**copy.deepcopy(RAW), "run": {"suites": ["default", "split_long_p0.2"]}}
+    root = own_project(tmp_path, mine={"suites": {"split_long_p0_2": suites["split_long_p0.2"]},
+                                       "training": {"split_long_p0_2": {"inherit": "split_long_p0.2"}}})
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(DvcFilesError, match=r"train-split_long_p0_2.*differ only by `.` and `_`.*rename one"):
+        dvcstages.write_stages(root)
+    assert not (root / "dvc.yaml").exists() and not (root / "experiments/dvc.yaml").exists()
+
+    stage = dvcstages.Stage("other", "aggregate", ("focal",), {"outs": [{"results/tables/focal.md": {}}]},
+                            dvcstages.EXPERIMENTS_FILE)
+    with pytest.raises(DvcFilesError, match="results/tables/focal.md overlaps results/tables/focal.md"):
+        dvcstages._refuse_clashes([*stages(load_params(own_project(tmp_path / "b", focal=FOCAL) / "params.yaml"),
+                                           REPO), stage])
+
+
+def test_an_experiments_dvc_yaml_that_dvc_stages_did_not_write_is_left_as_it_is(tmp_path) -> None:
+    root = own_project(tmp_path, focal=FOCAL)
+    mine = "stages:\n  plot:\n    cmd: python plot.py\n"
+    (root / "experiments/dvc.yaml").write_text(mine)
+    with pytest.raises(DvcFilesError, match=r"experiments/dvc.yaml was not written by `python -m fedskew "
+                                            r"dvc-stages`.*move it elsewhere"):
+        dvcstages.write_stages(root)
+    assert (root / "experiments/dvc.yaml").read_text() == mine and not (root / "dvc.yaml").exists()

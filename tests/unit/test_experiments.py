@@ -1,5 +1,6 @@
 """Experiments of one's own: files under experiments/ merged over params.yaml (fedskew.experiments)."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import yaml
 
 from fedskew.cli import main
 from fedskew.config import ConfigError, load_params
-from fedskew.dvcstages import dvc_yaml_text
+from fedskew.dvcstages import dvc_files, dvc_yaml_text
 from tests.helpers import REPO
 
 FOCAL = {
@@ -36,7 +37,7 @@ def problems(root: Path) -> str:
 
 def test_an_experiment_s_suite_is_merged_and_built_besides_run_suites(tmp_path) -> None:
     params = load_params(project(tmp_path, focal=FOCAL) / "params.yaml")
-    assert params.default_suites == ["default", "focal"]
+    assert params.default_suites == ["default", "focal"] and params.run_suites == ["default"]  # `make run`'s
     runs = params.runs(["focal"])
     assert len(runs) == 6 and {cfg.method_spec.get("mu") for cfg in runs} == {None, 0.1}
     # the shipped suites are the shipped file's, run for run
@@ -58,7 +59,9 @@ def test_inheriting_a_training_block_is_the_same_run_as_writing_it_out(tmp_path)
 def test_an_unknown_method_is_refused_with_the_file_and_the_key(tmp_path) -> None:
     bad = {**FOCAL, "suites": {"focal": {**FOCAL["suites"]["focal"], "methods": ["fedavg", "fedproxx"]}}}
     message = problems(project(tmp_path, focal=bad))
-    assert "experiments/focal.yaml: suites.focal.methods[1]: 'fedproxx' is neither" in message
+    written = (tmp_path / "experiments" / "focal.yaml").read_text().splitlines()
+    line = 1 + next(i for i, text in enumerate(written) if text.strip() == "- fedproxx")  # the file, line and key
+    assert f"experiments/focal.yaml: line {line}: suites.focal.methods[1]: 'fedproxx' is neither" in message
     assert "did you mean 'fedprox'?" in message
 
 
@@ -80,7 +83,7 @@ def test_run_and_reproduce_stay_params_yaml_s(tmp_path) -> None:
 
 def test_a_suite_without_a_training_block_is_an_error_naming_it(tmp_path) -> None:
     message = problems(project(tmp_path, focal={k: v for k, v in FOCAL.items() if k != "training"}))
-    assert "experiments/focal.yaml: suites.focal: no training block training.focal" in message
+    assert re.search(r"experiments/focal.yaml: line \d+: suites.focal: no training block training.focal", message)
     assert "inherit" in message
 
 
@@ -94,14 +97,15 @@ def test_an_inherited_block_must_exist_and_not_inherit_from_itself(tmp_path) -> 
     assert "cannot inherit from itself" in problems(project(other, focal=loop))
 
 
-def test_dvc_reads_an_experiment_s_keys_from_its_file(tmp_path) -> None:
+def test_dvc_reads_an_experiment_s_keys_from_its_file_in_a_stage_file_of_its_own(tmp_path) -> None:
     root = project(tmp_path, focal=FOCAL)
-    stages = yaml.safe_load(dvc_yaml_text(load_params(root / "params.yaml"), REPO))["stages"]
+    files = dvc_files(load_params(root / "params.yaml"), REPO)
+    assert files["dvc.yaml"] == dvc_yaml_text(load_params(root / "params.yaml", experiments=None), REPO)
+    stages = yaml.safe_load(files["experiments/dvc.yaml"])["stages"]
     train = stages["train-focal"]
-    assert train["cmd"] == "snakemake --cores all results/runs/focal/TRAINED"
+    assert train["wdir"] == ".." and train["cmd"] == "snakemake --cores all results/runs/focal/TRAINED"
     assert "training.default" in train["params"]  # a change of the inherited block retrains the suite
     assert {"experiments/focal.yaml": ["suites.focal", "training.focal", "methods.fedprox_strong"]} in train["params"]
-    assert {"experiments/focal.yaml": ["suites.focal.settings"]} in stages["download"]["params"]
 
 
 def test_validate_checks_the_experiments(tmp_path, capsys, monkeypatch) -> None:
@@ -109,3 +113,20 @@ def test_validate_checks_the_experiments(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(root)
     assert main(["validate"]) == 0
     assert "focal" in capsys.readouterr().out
+
+
+def test_make_run_builds_run_suites_alone_and_an_experiment_s_suite_when_named(tmp_path, monkeypatch) -> None:
+    from fedskew import cli, rebuild
+
+    built = []
+
+    def build(params, suites, **options) -> tuple[int, str]:  # what `run` asks to build, without building it
+        built.append(suites)
+        return 0, "fedskew: rebuilt"
+
+    monkeypatch.setattr(rebuild, "run_in_place", build)
+    monkeypatch.setattr(cli, "_say_what_is_stale", lambda params, suites: None)
+    monkeypatch.chdir(project(tmp_path, focal=FOCAL))
+    for args in (["run"], ["run", "--suite", "focal"], ["run", "--suite", "default", "focal"]):
+        assert main(args) == 0, args
+    assert built == [["default"], ["focal"], ["default", "focal"]]

@@ -168,6 +168,72 @@ def test_class_names_and_the_packaged_templates() -> None:
     assert "templates/**/*" in pyproject["tool"]["setuptools"]["package-data"]["fedskew"]
 
 
+# --- `python -m fedskew new method NAME --kind server` ---------------------------------------------------------
+
+SERVER = "fedmom_unit"  # no module of that name exists either
+
+
+@pytest.fixture
+def server_package(tmp_path):
+    """A new server method's package written into tmp_path/pkg; its modules leave sys.modules with the test."""
+    target = tmp_path / "pkg"
+    written = newpiece.create("method", SERVER, target, "server")
+    yield target, written
+    for module in [m for m in sys.modules if SERVER in m]:
+        del sys.modules[module]
+
+
+def test_a_server_method_is_a_methods_package_whose_fold_keeps_a_state(server_package) -> None:
+    from fedskew.fl.base import TrainingSettings
+    from fedskew.fl.fedavg import FedAvg
+
+    target, written = server_package
+    assert written == [path.replace(NAME, SERVER) for path in FILES]
+    as_loss = newpiece.rendered("method", SERVER)  # the files a method's own part does not change
+    for shared in ("pyproject.toml", f"{SERVER}/__init__.py", f"experiments/{SERVER}.yaml"):
+        assert (target / shared).read_text() == as_loss[shared]
+    for path in target.rglob("*"):
+        assert not path.is_file() or "{name}" not in path.read_text() and "{Class}" not in path.read_text()
+    cls = _load(target / SERVER / "method.py", f"{SERVER}_by_path").FedmomUnit
+    assert issubclass(cls, FedAvg) and cls.name == SERVER and "begin_aggregate" in vars(cls)
+    assert cls.defaults == {"server_lr": 1.0, "server_momentum": 0.0}
+    entry = plugins.Plugin("method", SERVER, f"{SERVER}.method:FedmomUnit", "fedskew-fedmom-unit", cls)
+    assert plugins.method_problem(entry) is None
+    assert cls(TrainingSettings(1, 8, 0.1, 0.0, 0.0), 2, 3).state_dict() == {"velocity": {}}
+
+
+def test_a_server_methods_own_tests_pass_resuming_bit_for_bit(server_package, monkeypatch, tmp_path) -> None:
+    target, _ = server_package
+    monkeypatch.syspath_prepend(str(target))
+    test = _load(target / "tests" / f"test_{SERVER}.py", f"test_{SERVER}")
+    assert sorted(name for name in dir(test) if name.startswith("test_")) == [
+        "test_a_run_stopped_halfway_resumes_from_its_checkpoint_file_bit_for_bit",
+        "test_is_named_as_its_entry_point", "test_trains_as_fedavg_up_to_rounding_while_unchanged"]
+    test.test_is_named_as_its_entry_point()  # each asserts what it checks; a failure raises here
+    test.test_a_run_stopped_halfway_resumes_from_its_checkpoint_file_bit_for_bit(tmp_path / "checkpoint")
+    test.test_trains_as_fedavg_up_to_rounding_while_unchanged()
+
+
+def test_the_command_writes_a_server_method_from_its_packaged_templates(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["new", "method", SERVER, "--kind", "server"]) == 0
+    assert f"wrote {SERVER}/" in capsys.readouterr().out
+    assert "class ServerFold(Fold):" in (tmp_path / SERVER / SERVER / "method.py").read_text()
+    templates = REPO / "src/fedskew/templates/server"
+    assert sorted(p.name for p in templates.iterdir()) == sorted(newpiece.SERVER_TEMPLATES)
+
+
+@pytest.mark.parametrize("kind, method_kind, says", [
+    ("partition", "server", "--kind server is for a method (its loss or its server update); a partition package"),
+    ("method", "client", "--kind 'client' is not a kind of method; choose loss or server"),
+])
+def test_a_kind_of_no_method_is_refused_in_one_line_and_nothing_is_written(tmp_path, kind, method_kind, says):
+    with pytest.raises(ConfigError) as refused:
+        newpiece.create(kind, "fedmom_other", tmp_path / "pkg", method_kind)
+    assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 # --- `python -m fedskew new partition NAME` ---------------------------------------------------------------------
 
 SCHEME = "skew_unit"  # no module of that name exists either

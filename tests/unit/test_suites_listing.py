@@ -70,7 +70,8 @@ def test_built_by_marks_run_reproduce_and_imported_suites(in_repo, capsys):
     rows = _listing(capsys, "--no-cost")
     for suite, row in rows.items():
         marks = set(row["built by"].split(", ")) - {"—"}
-        assert ("run" in marks) == (suite in PARAMS.default_suites), suite
+        assert ("run" in marks) == (suite in PARAMS.run_suites), suite
+        assert ("experiment" in marks) == (suite in PARAMS.experiment_suites), suite
         assert ("reproduce" in marks) == (suite in PARAMS.reproduce_suites), suite
         assert ("imported" in marks) == (suite in PARAMS.imported_suites), suite
         assert marks or row["built by"] == "—"
@@ -170,3 +171,11 @@ def test_without_cost_the_listing_imports_no_torch():
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not {module for module in imported if module.split(".")[0] in ("torch", "mlflow")}
+
+
+def test_one_suite_in_full_names_the_models_and_sources_no_cpu_rate_is_measured_for(in_repo, capsys):
+    assert main(["suites", "--suite", "default"]) == 0  # the digits CNN and Synthetic's logistic regression
+    assert ("  CPU-hours:    — (no rate is measured for cnn on digits, logreg on synthetic: benchmarks/cpu_rate.py "
+            "measures one)\n") in capsys.readouterr().out
+    assert main(["suites", "--suite", "feded_mnist"]) == 0  # every run of FedED's DNN on MNIST has its rate
+    assert "runs, at the rate measured for them\n" in capsys.readouterr().out

@@ -302,7 +302,7 @@ def test_mlflow_metric_sections() -> None:
 
 
 def test_ui_links_open_each_suite_on_its_runs_table(tmp_path: Path, migrated_store: Path) -> None:
-    from fedskew.cli import ui_links
+    from fedskew.tracking.ui import ui_links
 
     shutil.copy(migrated_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path}/mlflow.db"

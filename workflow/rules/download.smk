@@ -1,13 +1,17 @@
 # Materialise a dataset under data/raw/<dataset>/ (download + verify, or generate).
 from fedskew import discovery
+from fedskew.config import run_plugins
 
 
 def dataset_spec(dataset):
-    """The dataset's spec, with its source's numerics version where it is not 1 (its class's `version`): a
-    source raised past 1 is prepared again; at 1 the params are what they always were."""
+    """The dataset's spec, with its source's numerics version where it is not 1 (its class's `version`) and a
+    plugin source's code identity (fedskew.plugin_code): a source raised past 1, or a plugin source whose code
+    changed, is prepared again; for a built-in source at 1 the params are what they always were."""
     spec = P.dataset_spec(dataset)
     version = discovery.declared_versions("source").get(spec["source"], 1)
-    return spec if version == 1 else {**spec, "source_version": version}
+    plugin = run_plugins(None, None, spec["source"], None).get("source")
+    return {**spec, **({"source_version": version} if version != 1 else {}),
+            **({"source_code": plugin["code"]} if plugin else {})}
 
 
 rule download:

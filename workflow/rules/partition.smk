@@ -1,13 +1,17 @@
 # A seeded partition: client -> sample indices, label counts, content hash, heatmap (in the report).
-from fedskew.config import run_versions
+from fedskew.config import run_plugins, run_versions
 
 
 def partition_spec(partition):
     """The partition's spec, with its scheme's numerics version where it is not 1 (its class's `version`, a
-    plugin's too): a scheme raised past 1 redraws its partitions; at 1 the params are what they always were."""
+    plugin's too) and a plugin scheme's code identity (fedskew.plugin_code): a scheme raised past 1, or a plugin
+    scheme whose code changed, redraws its partitions; for a built-in scheme at 1 the params are what they always
+    were."""
     spec = P.partition_spec(partition)
     version = run_versions(None, None, None, spec["scheme"]).get("scheme", 1)
-    return spec if version == 1 else {**spec, "scheme_version": version}
+    plugin = run_plugins(None, None, None, spec["scheme"]).get("scheme")
+    return {**spec, **({"scheme_version": version} if version != 1 else {}),
+            **({"scheme_code": plugin["code"]} if plugin else {})}
 
 
 rule partition:

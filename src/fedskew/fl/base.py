@@ -43,13 +43,13 @@ from torch import nn
 from fedskew.declarations import Hyperparameter, Switch, declared_hyperparameters
 from fedskew.families import Family, Panel
 from fedskew.fl.losses import LogitAdjustment
-from fedskew.fl.server_math import RunningAverage, StateDict
+from fedskew.fl.server_math import RunningAverage, StateDict, client_update
 from fedskew.numerics.adam import Adam
 from fedskew.numerics.sgd import SGD, LocalOptimizer
 
 __all__ = ["Algorithm", "ClientContext", "ClientUpdate", "Exchange", "FederatedAlgorithm", "Fold", "Hyperparameter",
            "Panel", "RoundResult", "RoundStart", "StateDict", "Switch", "TrainingSettings", "batched", "frozen_copy",
-           "local_optimizer", "trainable_parameters"]
+           "client_update", "local_optimizer", "trainable_parameters"]
 
 
 @dataclass
@@ -156,9 +156,11 @@ class Fold:
     """One round's aggregation, fed one client update at a time: FedAvg's average, weighted by sample counts.
 
     A method's fold extends it: `fold` calls `super().fold(update)` (buffers keep FedAvg's average) and adds
-    its own sums; `finish` starts from `super().finish(updates)` and replaces what the method updates. The
-    engine drops each update's state and payload right after `fold`, so a round holds one model copy besides
-    the global state, whatever the number of participants.
+    its own sums of each client's update Δ_i = y_i − x, its trained state minus its start (`client_update`: the
+    one sign of every fold but FedNova's, whose d_i = (x − y_i)/a_i is a gradient's direction, −Δ_i/a_i);
+    `finish` starts from `super().finish(updates)` and replaces what the method updates. The engine drops each
+    update's state and payload right after `fold`, so a round holds one model copy besides the global state,
+    whatever the number of participants.
     """
 
     def __init__(self, start: RoundStart) -> None:

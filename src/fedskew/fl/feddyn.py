@@ -34,6 +34,7 @@ from fedskew.fl.base import (
     Panel,
     RoundStart,
     StateDict,
+    client_update,
 )
 
 
@@ -131,7 +132,7 @@ class _DynFold(Fold):
         super().fold(update)
         for name in self.mean:
             self.mean[name].add_(update.state[name], alpha=1.0 / self.k)
-            self.drift[name].add_(update.state[name] - self.start.global_state[name])
+            self.drift[name].add_(client_update(update.state, self.start.global_state, name))
 
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
         return self.method._server_step(self.start, super().finish(updates), self.mean, self.drift)

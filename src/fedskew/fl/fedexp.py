@@ -43,7 +43,15 @@ from typing import Any
 
 import torch
 
-from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, Hyperparameter, RoundStart, StateDict
+from fedskew.fl.base import (
+    ClientUpdate,
+    FederatedAlgorithm,
+    Fold,
+    Hyperparameter,
+    RoundStart,
+    StateDict,
+    client_update,
+)
 
 
 class _ExtrapolationFold(Fold):
@@ -66,7 +74,7 @@ class _ExtrapolationFold(Fold):
     def fold(self, update: ClientUpdate) -> None:
         super().fold(update)
         p = update.num_samples / self.total
-        delta = {key: update.state[key] - self.x[key] for key in self.mean}
+        delta = {key: client_update(update.state, self.x, key) for key in self.mean}
         self.spread += p * sum(float(t.double().square().sum()) for t in delta.values())
         for key, d in delta.items():
             self.mean[key].add_(d, alpha=p)

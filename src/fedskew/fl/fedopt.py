@@ -31,7 +31,15 @@ from typing import Any
 
 import torch
 
-from fedskew.fl.base import ClientUpdate, FederatedAlgorithm, Fold, Hyperparameter, RoundStart, StateDict
+from fedskew.fl.base import (
+    ClientUpdate,
+    FederatedAlgorithm,
+    Fold,
+    Hyperparameter,
+    RoundStart,
+    StateDict,
+    client_update,
+)
 from fedskew.fl.server_math import (
     adagrad_second_moment,
     adam_second_moment,
@@ -103,7 +111,7 @@ class _PseudoGradientFold(Fold):
         super().fold(update)
         p = update.num_samples / self.total
         for key, acc in self.delta.items():
-            acc.add_(update.state[key] - self.start.global_state[key], alpha=p)
+            acc.add_(client_update(update.state, self.start.global_state, key), alpha=p)
 
     def finish(self, updates: list[ClientUpdate]) -> StateDict:
         return self.step(self.start, super().finish(updates), self.delta)

@@ -1,5 +1,5 @@
-"""The server's arithmetic that several methods share: averaging states, FedNova's normalising factor,
-FedOpt's adaptive server step.
+"""The server's arithmetic that several methods share: a client's update and its sign, averaging states,
+FedNova's normalising factor, FedOpt's adaptive server step.
 
 Written once here so that a method's file holds only what is its own: FedAvg's average is every fold's
 (fedskew.fl.base.Fold) and the split methods' (fedskew.sfl), SCAFFOLD divides by FedNova's factor, and the
@@ -39,6 +39,18 @@ class RunningAverage:
 
     def result(self) -> StateDict:
         return self.sum
+
+
+def client_update(trained: StateDict, start: StateDict, key: str) -> torch.Tensor:
+    """A client's update of one state-dict entry, Δ_i = y_i − x: its trained value minus the value its local
+    training started from (the round's global state, or the method's `local_start`).
+
+    The one sign of the folds' sums (fedskew.fl.base.Fold): the mean update Σ_i p_i Δ_i points where the
+    clients moved, x + Σ_i p_i Δ_i is FedAvg's average up to rounding, and FedOpt's and FedEXP's server steps
+    add a multiple of it. FedNova alone keeps a gradient's sign: its d_i = (x − y_i)/a_i is −Δ_i/a_i, and its
+    step x − τ_eff·Σ_i p_i d_i subtracts it.
+    """
+    return trained[key] - start[key]
 
 
 def weighted_average(states: list[StateDict], weights: list[float]) -> StateDict:

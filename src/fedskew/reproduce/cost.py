@@ -135,6 +135,8 @@ def runs_cost(params: Params, runs: dict, imported_runs: frozenset[str] = frozen
             "gpu_hours": sum(flops.values()) / (ASSUMED_GPU_TFLOPS * 1e12) / 3600,
             "cpu_runs": sum(rate is not None for rate in on_cpu.values()),
             "cpu_hours": sum(flops[run_id] / (rate * 1e9) / 3600 for run_id, rate in on_cpu.items() if rate),
+            "unrated": sorted({f"{cfg.train.model} on {cfg.dataset_spec['source']}" for run_id, cfg in runs.items()
+                               if on_cpu[run_id] is None}),  # the models and sources no rate is measured for
             "data": sorted({data_origin(cfg.dataset_spec["source"]) for cfg in runs.values()}),
             "runs_here": sum(cfg.suite in here for cfg in runs.values()),
             "runs_imported": sum(cfg.suite in params.imported_suites and run_id in imported_runs

@@ -11,6 +11,7 @@
   own HTTP retries bounded, so that a silent server costs a build seconds and its runs wait for `fedskew track`.
 - `redaction`: the tracking URI as fedskew prints it, and every line of a fedskew process (MLflow's and urllib3's
   included) cleaned of the URI's secrets: user-info, query and fragment.
+- `ui`: `fedskew ui`, MLflow's UI on the project's store, its links to each suite's runs printed once it answers.
 - `worker`: the job's tracking worker process (`python -m fedskew.tracking.worker`), which runs the
   `LiveRun`s beside the training so that MLflow's import and SQL work stay off the training's core.
 
