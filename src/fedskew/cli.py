@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from fedskew import arguments, job, listings, paths, plugins
+from fedskew import arguments, derived, job, listings, paths, plugins
 from fedskew.config import ConfigError, Params, load_params
 from fedskew.job import RunsFailedError, RunWriteError, Terminated, TrackingError
 from fedskew.newpiece import add_parser as add_new_parser
@@ -323,29 +323,13 @@ def _add_build_commands(sub: argparse._SubParsersAction) -> None:
                                     "running one (a change that leaves every result as it is)")
 
 
-def cmd_catalog(params: Params | None, args: argparse.Namespace) -> int:
-    """The derived files (fedskew.derived): written with --write, else checked (exit 1 while one is stale)."""
-    from fedskew import derived
-
-    if args.write:
-        written = derived.write()
-        print(f"wrote {', '.join(written)}" if written else "the derived files are current")
-        return 0
-    stale = derived.stale()
-    if stale:
-        print(f"stale: {', '.join(stale)}; run `python -m fedskew catalog --write`")
-        return 1
-    print("the derived files are current")
-    return 0
-
-
 COMMANDS = {"validate": cmd_validate, "download": cmd_download, "partition": cmd_partition,
             "train": cmd_train, "track": cmd_track, "aggregate": cmd_aggregate, "methods": listings.cmd_methods,
             "models": listings.cmd_models, "datasets": listings.cmd_datasets, "partitions": listings.cmd_partitions,
             "paper-table": cmd_paper_table, "claims": cmd_claims, "cost": cmd_cost, "packed": cmd_packed,
             "run": cmd_run, "verify": cmd_verify, "reproduce": cmd_reproduce, "ui": cmd_ui,
             "dvc-stages": cmd_dvc_stages, "dvc-lock": cmd_dvc_lock, "stale": cmd_stale,
-            "suites": listings.cmd_suites, "catalog": cmd_catalog, "runs": listings.cmd_runs, "compare": cmd_compare, "new": cmd_new}
+            "suites": listings.cmd_suites, "catalog": derived.cmd_catalog, "runs": listings.cmd_runs, "compare": cmd_compare, "new": cmd_new}
 
 
 # The errors a command reports in one line (no traceback), with their exit codes, by the

@@ -11,6 +11,7 @@ class when it is loaded, so nothing here lists it.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -108,3 +109,17 @@ def write() -> list[str]:
             tmp.replace(path)
             written.append(str(path.relative_to(DOCS_FILE.parents[1])))
     return written
+
+
+def cmd_catalog(params: object, args: argparse.Namespace) -> int:
+    """`fedskew catalog`: the derived files written with --write, else checked (exit 1 while one is stale)."""
+    if args.write:
+        written = write()
+        print(f"wrote {', '.join(written)}" if written else "the derived files are current")
+        return 0
+    outdated = stale()
+    if outdated:
+        print(f"stale: {', '.join(outdated)}; run `python -m fedskew catalog --write`")
+        return 1
+    print("the derived files are current")
+    return 0

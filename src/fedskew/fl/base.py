@@ -156,8 +156,7 @@ class Fold:
     """One round's aggregation, fed one client update at a time: FedAvg's average, weighted by sample counts.
 
     A method's fold extends it: `fold` calls `super().fold(update)` (buffers keep FedAvg's average) and adds
-    its own sums of each client's update Δ_i = y_i − x, its trained state minus its start (`client_update`: the
-    one sign of every fold but FedNova's, whose d_i = (x − y_i)/a_i is a gradient's direction, −Δ_i/a_i);
+    its own sums of each client's update, `client_update` (Δ_i = y_i − x: the sign of every fold, stated there);
     `finish` starts from `super().finish(updates)` and replaces what the method updates. The engine drops each
     update's state and payload right after `fold`, so a round holds one model copy besides the global state,
     whatever the number of participants.
